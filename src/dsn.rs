@@ -1,0 +1,219 @@
+//! DSN parsing: which engine a DSN names, and which parts of it are secret.
+//!
+//! The DSN itself is handed to the driver unchanged (its query parameters are the driver's,
+//! as with upstream); this module only classifies it and makes it safe to print.
+
+use crate::error::{Error, Result};
+use percent_encoding::percent_decode_str;
+
+/// The storage engines a SQL DSN can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Postgres,
+    MySql,
+    Sqlite,
+}
+
+impl Engine {
+    /// The engine's name as used in error messages (`<Engine> transport failed during …`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Engine::Postgres => "PostgreSQL",
+            Engine::MySql => "MySQL",
+            Engine::Sqlite => "SQLite",
+        }
+    }
+}
+
+/// A parsed SQL DSN.
+#[derive(Debug, Clone)]
+pub struct SqlDsn {
+    pub engine: Engine,
+    /// The DSN as the driver should see it (`mariadb:` rewritten to `mysql:`).
+    pub driver_url: String,
+    /// The DSN with its password replaced by `***`, for messages.
+    pub redacted: String,
+    /// Every form of the password found in the DSN, to scrub from driver messages.
+    pub secrets: Vec<String>,
+}
+
+const SUPPORTED: &str = "postgres://, postgresql://, mysql://, mariadb://, sqlite://";
+
+/// Parses a SQL DSN. Errors are connection errors, as upstream raises for a bad DSN.
+pub fn parse_sql_dsn(dsn: &str) -> Result<SqlDsn> {
+    let secrets = secrets_of(dsn);
+    let redacted = redact_dsn(dsn);
+    let Some((scheme, rest)) = dsn.split_once(':') else {
+        return Err(Error::connection(format!(
+            "Invalid SQL DSN: \"{redacted}\"."
+        )));
+    };
+    let valid_scheme = !scheme.is_empty()
+        && scheme
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    if !valid_scheme {
+        return Err(Error::connection(format!(
+            "Invalid SQL DSN: \"{redacted}\"."
+        )));
+    }
+    let engine = match scheme.to_ascii_lowercase().as_str() {
+        "postgres" | "postgresql" => Engine::Postgres,
+        "mysql" | "mariadb" => Engine::MySql,
+        "sqlite" => Engine::Sqlite,
+        other => {
+            return Err(Error::connection(format!(
+                "Unsupported SQL DSN scheme \"{other}:\"; use one of {SUPPORTED}."
+            )))
+        }
+    };
+    if engine != Engine::Sqlite && url::Url::parse(dsn).is_err() {
+        return Err(Error::connection(format!(
+            "Invalid SQL DSN: \"{redacted}\"."
+        )));
+    }
+    let driver_url = match engine {
+        Engine::MySql => format!("mysql:{rest}"),
+        _ => dsn.to_owned(),
+    };
+    Ok(SqlDsn {
+        engine,
+        driver_url,
+        redacted,
+        secrets,
+    })
+}
+
+/// The `user:password@` part's password, if any, as written and percent-decoded.
+fn secrets_of(dsn: &str) -> Vec<String> {
+    let mut secrets = Vec::new();
+    let mut push = |raw: &str| {
+        if raw.is_empty() {
+            return;
+        }
+        secrets.push(raw.to_owned());
+        if let Ok(decoded) = percent_decode_str(raw).decode_utf8() {
+            if decoded != raw {
+                secrets.push(decoded.into_owned());
+            }
+        }
+    };
+    if let Some((start, end)) = userinfo_span(dsn) {
+        if let Some((_, password)) = dsn[start..end].split_once(':') {
+            push(password);
+        }
+    }
+    if let Some((_, query)) = dsn.split_once('?') {
+        for pair in query.split('&') {
+            if let Some((key, value)) = pair.split_once('=') {
+                if key.eq_ignore_ascii_case("password") || key.eq_ignore_ascii_case("pass") {
+                    push(value);
+                }
+            }
+        }
+    }
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets
+}
+
+/// Byte range of the userinfo (before the last `@` of the authority), if present.
+fn userinfo_span(dsn: &str) -> Option<(usize, usize)> {
+    let start = dsn.find("://")? + 3;
+    let authority_len = dsn[start..]
+        .find(['/', '?', '#'])
+        .unwrap_or(dsn.len() - start);
+    let at = dsn[start..start + authority_len].rfind('@')?;
+    Some((start, start + at))
+}
+
+/// The DSN with any password replaced by `***` (in the userinfo and in query parameters).
+pub fn redact_dsn(dsn: &str) -> String {
+    let mut out = dsn.to_owned();
+    if let Some((start, end)) = userinfo_span(dsn) {
+        if let Some(colon) = dsn[start..end].find(':') {
+            out = format!("{}***{}", &dsn[..start + colon + 1], &dsn[end..]);
+        }
+    }
+    crate::error::redact(&out, &secrets_of(dsn))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_each_scheme_to_its_engine() {
+        for (dsn, engine) in [
+            ("postgres://u@localhost/db", Engine::Postgres),
+            ("postgresql://u@localhost:5432/db", Engine::Postgres),
+            ("mysql://root@127.0.0.1:3306/test", Engine::MySql),
+            ("mariadb://root@127.0.0.1:3306/test", Engine::MySql),
+            ("sqlite://data/queue.db", Engine::Sqlite),
+            ("POSTGRES://u@h/db", Engine::Postgres),
+        ] {
+            assert_eq!(parse_sql_dsn(dsn).unwrap().engine, engine, "{dsn}");
+        }
+    }
+
+    #[test]
+    fn mariadb_is_handed_to_the_driver_as_mysql() {
+        let dsn = parse_sql_dsn("mariadb://root@127.0.0.1:3306/test").unwrap();
+        assert_eq!(dsn.driver_url, "mysql://root@127.0.0.1:3306/test");
+    }
+
+    #[test]
+    fn rejects_an_unknown_scheme_naming_the_supported_ones() {
+        let err = parse_sql_dsn("http://localhost/x").unwrap_err();
+        assert_eq!(err.kind, crate::error::ErrorKind::Connection);
+        assert!(err.message.contains("http:"), "{}", err.message);
+        assert!(err.message.contains("postgresql://"), "{}", err.message);
+        assert!(err.message.contains("sqlite://"), "{}", err.message);
+    }
+
+    #[test]
+    fn rejects_malformed_dsns_without_echoing_the_password() {
+        for dsn in [
+            "not a dsn",
+            "postgres://u:hunter2@[bad",
+            "://u:hunter2@x",
+            "",
+        ] {
+            let err = parse_sql_dsn(dsn).unwrap_err();
+            assert_eq!(err.kind, crate::error::ErrorKind::Connection, "{dsn}");
+            assert!(!err.message.contains("hunter2"), "{}", err.message);
+        }
+    }
+
+    #[test]
+    fn collects_raw_and_decoded_passwords() {
+        let dsn = parse_sql_dsn("postgres://app:p%40ss%3Aword@db:5432/x").unwrap();
+        assert!(dsn.secrets.contains(&"p%40ss%3Aword".to_owned()));
+        assert!(dsn.secrets.contains(&"p@ss:word".to_owned()));
+        assert_eq!(dsn.redacted, "postgres://app:***@db:5432/x");
+    }
+
+    #[test]
+    fn redacts_query_passwords_too() {
+        let dsn = parse_sql_dsn("postgres://db/x?user=app&password=topsecret").unwrap();
+        assert!(dsn.secrets.contains(&"topsecret".to_owned()));
+        assert!(!dsn.redacted.contains("topsecret"));
+    }
+
+    #[test]
+    fn a_dsn_without_password_has_no_secret() {
+        let dsn = parse_sql_dsn("postgres://postgres@127.0.0.1:5432/test").unwrap();
+        assert!(dsn.secrets.is_empty());
+        assert_eq!(dsn.redacted, "postgres://postgres@127.0.0.1:5432/test");
+    }
+
+    #[test]
+    fn at_signs_in_passwords_use_the_last_one() {
+        let dsn = parse_sql_dsn("postgres://u:a@b@host/db").unwrap();
+        assert_eq!(dsn.redacted, "postgres://u:***@host/db");
+        assert!(dsn.secrets.contains(&"a@b".to_owned()));
+    }
+}

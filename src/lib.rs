@@ -1,0 +1,240 @@
+//! The napi surface: thin classes over `queue::Queue`. Everything here converts arguments and
+//! errors; the logic lives in the modules below.
+
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+#[cfg_attr(not(test), macro_use)]
+extern crate napi_derive;
+
+pub mod batch;
+pub mod dsn;
+pub mod error;
+pub mod ident;
+pub mod queue;
+pub mod sql;
+pub mod wake;
+
+// The exports are left out of `cargo test`: the test executable has no Node to provide the
+// napi_* symbols they reference. Everything they call is tested in its own module.
+#[cfg(not(test))]
+mod exports {
+    use super::*;
+    use error::Error;
+    use queue::{Queue, WaitConfig};
+    use sql::{NewMessage, QueueConfig, StoredMessage};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// Options of a native SQL queue, already defaulted by the JavaScript wrapper.
+    #[napi(object)]
+    pub struct SqlQueueOptions {
+        pub dsn: String,
+        pub table_name: String,
+        pub queue_name: String,
+        pub redeliver_timeout_seconds: f64,
+        pub poll_interval_ms: f64,
+        pub use_notify: bool,
+        pub get_notify_timeout_ms: f64,
+        pub auto_setup: bool,
+        pub connect_timeout_ms: f64,
+    }
+
+    /// A stored message handed to JavaScript: decimal id, body and headers as stored.
+    #[napi(object)]
+    pub struct NativeMessage {
+        pub id: String,
+        pub body: String,
+        pub headers: String,
+    }
+
+    impl From<StoredMessage> for NativeMessage {
+        fn from(m: StoredMessage) -> Self {
+            Self {
+                id: m.id,
+                body: m.body,
+                headers: m.headers,
+            }
+        }
+    }
+
+    /// Which engine a DSN names (`postgres`, `mysql` or `sqlite`); throws for a bad DSN.
+    #[napi(catch_unwind)]
+    pub fn sql_engine_of(dsn: String) -> napi::Result<String> {
+        let parsed = dsn::parse_sql_dsn(&dsn)?;
+        Ok(match parsed.engine {
+            dsn::Engine::Postgres => "postgres",
+            dsn::Engine::MySql => "mysql",
+            dsn::Engine::Sqlite => "sqlite",
+        }
+        .to_owned())
+    }
+
+    fn millis(value: f64, name: &str) -> Result<Duration, Error> {
+        if value.is_finite() && value >= 0.0 {
+            Ok(Duration::from_secs_f64(value / 1000.0))
+        } else {
+            Err(Error::invalid_argument(format!(
+                "{name} must be a finite number >= 0, got {value}."
+            )))
+        }
+    }
+
+    /// One queue of one table, bound to the process-wide pool of its DSN.
+    #[napi]
+    pub struct NativeSqlQueue {
+        queue: Arc<Queue>,
+    }
+
+    #[napi]
+    impl NativeSqlQueue {
+        /// Validates options and binds to the shared pool; opens no connection.
+        #[napi(constructor, catch_unwind)]
+        pub fn new(options: SqlQueueOptions) -> napi::Result<Self> {
+            let dsn = dsn::parse_sql_dsn(&options.dsn)?;
+            ident::validate_table_name(&options.table_name)?;
+            ident::validate_queue_name(&options.queue_name)?;
+            let redeliver = options.redeliver_timeout_seconds;
+            if !redeliver.is_finite() || redeliver < 0.0 {
+                return Err(Error::invalid_argument(format!(
+                    "redeliverTimeoutSeconds must be a finite number >= 0, got {redeliver}."
+                ))
+                .into());
+            }
+            let waits = WaitConfig {
+                poll_interval: millis(options.poll_interval_ms, "pollIntervalMs")?,
+                notify_timeout: millis(options.get_notify_timeout_ms, "getNotifyTimeoutMs")?,
+            };
+            let config = QueueConfig {
+                table: options.table_name,
+                queue: options.queue_name,
+                redeliver_timeout_seconds: redeliver,
+                use_notify: options.use_notify,
+                connect_timeout: millis(options.connect_timeout_ms, "connectTimeoutMs")?,
+            };
+            let engine = sql::open_engine(&dsn, config)?;
+            Ok(Self {
+                queue: Arc::new(Queue::new(engine, waits, options.auto_setup)),
+            })
+        }
+
+        /// Creates the table and index if missing (always runs; refreshes the autoSetup memo).
+        #[napi]
+        pub async fn setup(&self) -> napi::Result<()> {
+            Ok(self.queue.setup().await?)
+        }
+
+        /// Stores one message; concurrent calls share one INSERT. Resolves to the new id.
+        #[napi]
+        pub async fn send(
+            &self,
+            body: String,
+            headers: String,
+            delay_ms: f64,
+        ) -> napi::Result<String> {
+            let delay_ms = if delay_ms.is_finite() && delay_ms > 0.0 {
+                delay_ms
+            } else {
+                0.0
+            };
+            Ok(self
+                .queue
+                .send(NewMessage {
+                    body,
+                    headers,
+                    delay_ms,
+                })
+                .await?)
+        }
+
+        /// The next prefetched message, or null when the buffer is empty. Never waits.
+        #[napi(catch_unwind)]
+        pub fn take(&self) -> Option<NativeMessage> {
+            self.queue.take().map(NativeMessage::from)
+        }
+
+        /// Claims a batch, waiting while the queue is idle. Resolves true when `take()` has
+        /// something, false when `cancelWait(waitId)` or close ended the wait.
+        #[napi]
+        pub async fn fill(&self, wait_id: u32) -> napi::Result<bool> {
+            Ok(self.queue.fill(wait_id).await?)
+        }
+
+        /// Ends the `fill` registered under `waitId`.
+        #[napi(catch_unwind)]
+        pub fn cancel_wait(&self, wait_id: u32) {
+            self.queue.cancel_wait(wait_id);
+        }
+
+        /// Makes prefetched, never-yielded messages claimable again.
+        #[napi]
+        pub async fn release_prefetched(&self) -> napi::Result<()> {
+            Ok(self.queue.release_prefetched().await?)
+        }
+
+        /// Deletes by id (idempotent); concurrent calls share one DELETE.
+        #[napi]
+        pub async fn ack(&self, id: String) -> napi::Result<()> {
+            Ok(self.queue.ack(&id).await?)
+        }
+
+        /// Replaces message `id` by a copy in one statement; null if `id` no longer exists.
+        #[napi]
+        pub async fn redeliver(
+            &self,
+            id: String,
+            body: String,
+            headers: String,
+            delay_ms: f64,
+        ) -> napi::Result<Option<String>> {
+            let delay_ms = if delay_ms.is_finite() && delay_ms > 0.0 {
+                delay_ms
+            } else {
+                0.0
+            };
+            Ok(self
+                .queue
+                .redeliver(
+                    &id,
+                    NewMessage {
+                        body,
+                        headers,
+                        delay_ms,
+                    },
+                )
+                .await?)
+        }
+
+        #[napi]
+        pub async fn list(&self, limit: u32) -> napi::Result<Vec<NativeMessage>> {
+            Ok(self
+                .queue
+                .list(limit)
+                .await?
+                .into_iter()
+                .map(NativeMessage::from)
+                .collect())
+        }
+
+        #[napi]
+        pub async fn find(&self, id: String) -> napi::Result<Option<NativeMessage>> {
+            Ok(self.queue.find(&id).await?.map(NativeMessage::from))
+        }
+
+        #[napi]
+        pub async fn count(&self) -> napi::Result<f64> {
+            Ok(self.queue.count().await? as f64)
+        }
+
+        /// Stops new claims and ends every idle wait at once.
+        #[napi(catch_unwind)]
+        pub fn begin_close(&self) {
+            self.queue.begin_close();
+        }
+
+        /// Releases prefetched rows and lets go of the shared pool.
+        #[napi]
+        pub async fn close(&self) -> napi::Result<()> {
+            Ok(self.queue.close().await?)
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! One LISTEN connection per process and DSN, fanned out to every queue of the process.
+//!
+//! Channels are table names (upstream's NOTIFY channel), payloads queue names. Consumers ask
+//! [`PgNotifyListener::is_listening`] before a long wait: while the connection is down or the
+//! channel is not yet LISTENed they poll instead, and every change of state wakes them all so
+//! they re-plan (a notification may have been missed while the connection was away).
+
+use crate::wake::WakeBoard;
+use sqlx::postgres::{PgListener, PgPool};
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+pub struct PgNotifyListener {
+    pool: PgPool,
+    board: Arc<WakeBoard>,
+    /// Channels consumers asked for.
+    wanted: Mutex<BTreeSet<String>>,
+    /// Channels LISTENed on the live connection (empty while down).
+    live: Mutex<BTreeSet<String>>,
+    wanted_changed: Notify,
+    stop: CancellationToken,
+    started: OnceLock<()>,
+}
+
+impl PgNotifyListener {
+    /// `pool` is the listener's own single-connection pool, kept apart from the query pool.
+    pub fn new(pool: PgPool, board: Arc<WakeBoard>) -> Arc<Self> {
+        Arc::new(Self {
+            pool,
+            board,
+            wanted: Mutex::default(),
+            live: Mutex::default(),
+            wanted_changed: Notify::new(),
+            stop: CancellationToken::new(),
+            started: OnceLock::new(),
+        })
+    }
+
+    /// Asks for `channel` to be LISTENed (starting the listener on first use) and tells
+    /// whether it already is.
+    pub fn is_listening(self: &Arc<Self>, channel: &str) -> bool {
+        if self.stop.is_cancelled() {
+            return false;
+        }
+        self.started.get_or_init(|| {
+            tokio::spawn(self.clone().run());
+        });
+        let added = lock(&self.wanted).insert(channel.to_owned());
+        if added {
+            self.wanted_changed.notify_one();
+        }
+        lock(&self.live).contains(channel)
+    }
+
+    pub async fn stop(&self) {
+        self.stop.cancel();
+        lock(&self.live).clear();
+        tokio::time::timeout(Duration::from_secs(1), self.pool.close())
+            .await
+            .ok();
+    }
+
+    async fn run(self: Arc<Self>) {
+        let mut backoff = Duration::from_millis(50);
+        while !self.stop.is_cancelled() {
+            let channels: Vec<String> = lock(&self.wanted).iter().cloned().collect();
+            let connected = tokio::select! {
+                _ = self.stop.cancelled() => return,
+                result = connect(&self.pool, &channels) => result,
+            };
+            let mut listener = match connected {
+                Ok(listener) => listener,
+                Err(_) => {
+                    self.set_down();
+                    tokio::select! {
+                        _ = self.stop.cancelled() => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    continue;
+                }
+            };
+            backoff = Duration::from_millis(50);
+            *lock(&self.live) = channels.iter().cloned().collect();
+            self.board.wake_all();
+            loop {
+                tokio::select! {
+                    _ = self.stop.cancelled() => return,
+                    // A new channel: reconnect with the full set (dropping the old connection
+                    // mid-read is safe because the connection is discarded with it).
+                    _ = self.wanted_changed.notified() => {
+                        if lock(&self.wanted).len() != lock(&self.live).len() { break; }
+                    }
+                    received = listener.try_recv() => match received {
+                        Ok(Some(notification)) => {
+                            self.board.wake(notification.channel(), notification.payload());
+                        }
+                        Ok(None) | Err(_) => {
+                            self.set_down();
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn set_down(&self) {
+        let was_live = !std::mem::take(&mut *lock(&self.live)).is_empty();
+        if was_live {
+            self.board.wake_all();
+        }
+    }
+}
+
+async fn connect(pool: &PgPool, channels: &[String]) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.eager_reconnect(false);
+    listener.ignore_pool_close_event(false);
+    let names: Vec<&str> = channels.iter().map(String::as_str).collect();
+    if !names.is_empty() {
+        listener.listen_all(names).await?;
+    }
+    Ok(listener)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
