@@ -111,7 +111,9 @@ mod exports {
                 use_notify: options.use_notify,
                 connect_timeout: millis(options.connect_timeout_ms, "connectTimeoutMs")?,
             };
-            let engine = sql::open_engine(&dsn, config)?;
+            // Pools spawn their maintenance task on creation: give them napi's runtime.
+        let engine =
+            napi::bindgen_prelude::within_runtime_if_available(|| sql::open_engine(&dsn, config))?;
             Ok(Self {
                 queue: Arc::new(Queue::new(engine, waits, options.auto_setup)),
             })

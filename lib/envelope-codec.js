@@ -1,0 +1,35 @@
+'use strict';
+
+const { DelayStamp } = require('@schally/nestjs-messenger');
+
+/**
+ * Encodes an envelope into the stored form shared with the TypeScript transports: the
+ * serializer's body verbatim, its header map JSON-encoded once more into one string.
+ * @param {import('@schally/nestjs-messenger').Serializer} serializer
+ * @param {import('@schally/nestjs-messenger').Envelope} envelope
+ */
+function encodeEnvelope(serializer, envelope) {
+  const encoded = serializer.encode(envelope);
+  return {
+    body: encoded.body,
+    headers: JSON.stringify(encoded.headers),
+    delayMs: envelope.last(DelayStamp)?.delayMs ?? 0,
+  };
+}
+
+/**
+ * Decodes a stored message, or returns undefined when it cannot be decoded (poison).
+ * @param {import('@schally/nestjs-messenger').Serializer} serializer
+ * @param {{ body: string, headers: string }} stored
+ */
+function decodeStored(serializer, stored) {
+  try {
+    const headers = JSON.parse(stored.headers);
+    if (headers === null || typeof headers !== 'object' || Array.isArray(headers)) return undefined;
+    return serializer.decode({ body: stored.body, headers });
+  } catch {
+    return undefined;
+  }
+}
+
+module.exports = { encodeEnvelope, decodeStored };
