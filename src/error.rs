@@ -131,6 +131,9 @@ mod tests {
 
     #[test]
     fn boundary_message_carries_code_prefix() {
-        assert_eq!(Error::connection("down").boundary_message(), "[E_CONNECTION] down");
+        assert_eq!(
+            Error::connection("down").boundary_message(),
+            "[E_CONNECTION] down"
+        );
     }
 }

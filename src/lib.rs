@@ -112,8 +112,9 @@ mod exports {
                 connect_timeout: millis(options.connect_timeout_ms, "connectTimeoutMs")?,
             };
             // Pools spawn their maintenance task on creation: give them napi's runtime.
-        let engine =
-            napi::bindgen_prelude::within_runtime_if_available(|| sql::open_engine(&dsn, config))?;
+            let engine = napi::bindgen_prelude::within_runtime_if_available(|| {
+                sql::open_engine(&dsn, config)
+            })?;
             Ok(Self {
                 queue: Arc::new(Queue::new(engine, waits, options.auto_setup)),
             })

@@ -5,20 +5,22 @@ const crypto = require('node:crypto');
 
 /** DSNs of the servers the tests run against (override with the environment). */
 const POSTGRES_DSN = process.env.POSTGRES_DSN ?? 'postgres://postgres@127.0.0.1:5432/test';
+const MYSQL_DSN = process.env.MYSQL_DSN ?? 'mysql://root@127.0.0.1:3306/test';
 
 const START_HINTS = {
   postgres:
     'Start PostgreSQL with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start',
+  mysql: 'Start MariaDB with: start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd',
 };
 
 /**
  * Fails with a message that says how to start the server when its port is closed.
- * @param {'postgres'} server
+ * @param {'postgres' | 'mysql'} server
  * @param {string} dsn
  */
 async function requireServer(server, dsn) {
   const url = new URL(dsn);
-  const port = Number(url.port || { postgres: 5432 }[server]);
+  const port = Number(url.port || { postgres: 5432, mysql: 3306 }[server]);
   const host = url.hostname || '127.0.0.1';
   await new Promise((resolve, reject) => {
     const socket = net.connect({ host, port });
@@ -41,4 +43,13 @@ function uniqueName(prefix) {
   return `${prefix}_${crypto.randomBytes(5).toString('hex')}`;
 }
 
-module.exports = { POSTGRES_DSN, requireServer, uniqueName };
+/** A fresh SQLite DSN in a new temporary directory (the embedded engine needs no server). */
+function temporarySqliteDsn(prefix = 'nmn') {
+  const fs = require('node:fs');
+  const os = require('node:os');
+  const path = require('node:path');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `${prefix}-`));
+  return `sqlite://${path.join(dir, 'queue.db')}`;
+}
+
+module.exports = { POSTGRES_DSN, MYSQL_DSN, requireServer, uniqueName, temporarySqliteDsn };

@@ -2,8 +2,11 @@
 //! here builds SQL. The queue logic above (`crate::queue`) talks to an engine only through
 //! [`SqlEngine`] and branches on its [`Capabilities`], never on which engine it is.
 
+pub mod mysql;
 pub mod pg_listener;
 pub mod postgres;
+pub mod shared;
+pub mod sqlite;
 
 use crate::dsn::{Engine, SqlDsn};
 use crate::error::{Error, ErrorKind, Result};
@@ -78,10 +81,8 @@ pub struct QueueConfig {
 pub fn open_engine(dsn: &SqlDsn, config: QueueConfig) -> Result<Arc<dyn SqlEngine>> {
     match dsn.engine {
         Engine::Postgres => Ok(Arc::new(postgres::PostgresQueue::open(dsn, config)?)),
-        Engine::MySql | Engine::Sqlite => Err(Error::invalid_argument(format!(
-            "The {} engine is not available in this build yet.",
-            dsn.engine.label()
-        ))),
+        Engine::MySql => Ok(Arc::new(mysql::MySqlQueue::open(dsn, config)?)),
+        Engine::Sqlite => Ok(Arc::new(sqlite::SqliteQueue::open(dsn, config)?)),
     }
 }
 
@@ -116,6 +117,20 @@ pub fn driver_error(
         ),
     )
     .redacted(secrets)
+}
+
+/// The error for a server that accepted no connection within the connect timeout.
+pub fn no_answer(engine: Engine, op: &str, timeout: Duration, secrets: &[String]) -> Error {
+    driver_error(
+        engine,
+        op,
+        Failure::Connection,
+        &format!(
+            "no answer from the server within {} ms",
+            timeout.as_millis()
+        ),
+        secrets,
+    )
 }
 
 /// Runs `attempt` up to three times while it fails transiently: 100 ms, then 200 ms, ±10%.

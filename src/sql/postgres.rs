@@ -2,9 +2,10 @@
 //! insert (channel = table, payload = queue), one pool and one listener per process and DSN.
 
 use super::pg_listener::PgNotifyListener;
+use super::shared::{FirstContact, Targets};
 use super::{
-    driver_error, with_transient_retry, Capabilities, Failure, NewMessage, QueueConfig, SqlEngine,
-    StoredMessage,
+    driver_error, no_answer, with_transient_retry, Capabilities, Failure, NewMessage, QueueConfig,
+    SqlEngine, StoredMessage,
 };
 use crate::dsn::{Engine, SqlDsn};
 use crate::error::{Error, Result};
@@ -12,9 +13,8 @@ use crate::wake::{WakeBoard, WakeSignal};
 use futures_util::future::BoxFuture;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{ConnectOptions, Connection, Row};
-use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 /// The connection target shared by every queue of the process on one DSN.
@@ -26,19 +26,17 @@ struct PgShared {
     secrets: Vec<String>,
     board: Arc<WakeBoard>,
     listener: Arc<PgNotifyListener>,
-    /// Set once a first connection succeeded; until then each use probes the server directly
-    /// so an unreachable server fails fast with the real cause instead of a pool timeout.
-    reachable: tokio::sync::Mutex<bool>,
+    first_contact: FirstContact,
 }
 
-static SHARED: LazyLock<Mutex<HashMap<String, Weak<PgShared>>>> = LazyLock::new(Mutex::default);
+static TARGETS: LazyLock<Targets<PgShared>> = LazyLock::new(Targets::default);
 
 impl PgShared {
     fn join(dsn: &SqlDsn, connect_timeout: Duration) -> Result<Arc<Self>> {
-        let mut map = SHARED.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(existing) = map.get(&dsn.driver_url).and_then(Weak::upgrade) {
-            return Ok(existing);
-        }
+        TARGETS.join(&dsn.driver_url, || Self::open(dsn, connect_timeout))
+    }
+
+    fn open(dsn: &SqlDsn, connect_timeout: Duration) -> Result<Self> {
         let options = PgConnectOptions::from_str(&dsn.driver_url)
             .map_err(|e| {
                 Error::connection(format!("Invalid SQL DSN \"{}\": {e}", dsn.redacted))
@@ -57,7 +55,7 @@ impl PgShared {
             .idle_timeout(None)
             .connect_lazy_with(options.clone());
         let board = Arc::new(WakeBoard::default());
-        let shared = Arc::new(PgShared {
+        Ok(PgShared {
             key: dsn.driver_url.clone(),
             pool,
             options,
@@ -65,36 +63,28 @@ impl PgShared {
             secrets: dsn.secrets.clone(),
             listener: PgNotifyListener::new(listener_pool, board.clone()),
             board,
-            reachable: tokio::sync::Mutex::new(false),
-        });
-        map.insert(dsn.driver_url.clone(), Arc::downgrade(&shared));
-        Ok(shared)
+            first_contact: FirstContact::default(),
+        })
     }
 
     async fn ensure_reachable(&self, op: &str) -> Result<()> {
-        let mut reachable = self.reachable.lock().await;
-        if *reachable {
-            return Ok(());
-        }
-        let probe = tokio::time::timeout(self.connect_timeout, self.options.connect()).await;
-        match probe {
-            Ok(Ok(conn)) => {
-                let _ = conn.close().await;
-                *reachable = true;
-                Ok(())
-            }
-            Ok(Err(err)) => Err(self.error(op, &err)),
-            Err(_) => Err(driver_error(
-                Engine::Postgres,
-                op,
-                Failure::Connection,
-                &format!(
-                    "no answer from the server within {} ms",
-                    self.connect_timeout.as_millis()
-                ),
-                &self.secrets,
-            )),
-        }
+        self.first_contact
+            .ensure(|| async {
+                match tokio::time::timeout(self.connect_timeout, self.options.connect()).await {
+                    Ok(Ok(conn)) => {
+                        let _ = conn.close().await;
+                        Ok(())
+                    }
+                    Ok(Err(err)) => Err(self.error(op, &err)),
+                    Err(_) => Err(no_answer(
+                        Engine::Postgres,
+                        op,
+                        self.connect_timeout,
+                        &self.secrets,
+                    )),
+                }
+            })
+            .await
     }
 
     fn error(&self, op: &str, err: &sqlx::Error) -> Error {
@@ -471,17 +461,7 @@ impl SqlEngine for PostgresQueue {
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            // Last user of this DSN in the process (the registry's Weak plus our Arc): close.
-            let last = {
-                let mut map = SHARED.lock().unwrap_or_else(|p| p.into_inner());
-                let last = Arc::strong_count(&self.shared) <= 1
-                    || map.get(&self.shared.key).and_then(Weak::upgrade).is_none();
-                if last {
-                    map.remove(&self.shared.key);
-                }
-                last
-            };
-            if last {
+            if TARGETS.leave(&self.shared.key, &self.shared) {
                 self.shared.listener.stop().await;
                 tokio::time::timeout(Duration::from_secs(2), self.shared.pool.close())
                     .await
