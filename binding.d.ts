@@ -24,8 +24,10 @@ export declare class NativeSqlQueue {
    * something, false when `cancelWait(waitId)` or close ended the wait.
    */
   fill(waitId: number): Promise<boolean>
-  /** Ends the `fill` registered under `waitId`. */
+  /** Ends the `fill` of `waitId`, or makes its next `fill` return false at once. */
   cancelWait(waitId: number): void
+  /** Forgets `waitId` when its `get()` loop ends. */
+  forgetWait(waitId: number): void
   /** Makes prefetched, never-yielded messages claimable again. */
   releasePrefetched(): Promise<void>
   /** Deletes by id (idempotent); concurrent calls share one DELETE. */

@@ -91,6 +91,7 @@ class SqlTransport {
       }
     } finally {
       signal?.removeEventListener('abort', onAbort);
+      this.#queue.forgetWait(waitId);
       this.#activeLoops -= 1;
       if (this.#activeLoops === 0) {
         // Nobody is left to take what was prefetched: make it claimable again now.

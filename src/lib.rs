@@ -162,10 +162,16 @@ mod exports {
             Ok(self.queue.fill(wait_id).await?)
         }
 
-        /// Ends the `fill` registered under `waitId`.
+        /// Ends the `fill` of `waitId`, or makes its next `fill` return false at once.
         #[napi(catch_unwind)]
         pub fn cancel_wait(&self, wait_id: u32) {
             self.queue.cancel_wait(wait_id);
+        }
+
+        /// Forgets `waitId` when its `get()` loop ends.
+        #[napi(catch_unwind)]
+        pub fn forget_wait(&self, wait_id: u32) {
+            self.queue.forget_wait(wait_id);
         }
 
         /// Makes prefetched, never-yielded messages claimable again.

@@ -245,25 +245,32 @@ impl Queue {
         }
     }
 
+    /// The token of wait `wait_id`. A cancel may arrive before the fill that it targets has
+    /// started on the runtime: it then left an already-cancelled token here, which this picks up.
     fn register_waiter(&self, wait_id: u32) -> CancellationToken {
-        let token = self.closing.child_token();
+        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        waiters
+            .entry(wait_id)
+            .or_insert_with(|| self.closing.child_token())
+            .clone()
+    }
+
+    /// Ends the `fill` of `wait_id` (the consumer's signal aborted), or the next one if none
+    /// is running yet.
+    pub fn cancel_wait(&self, wait_id: u32) {
+        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        waiters
+            .entry(wait_id)
+            .or_insert_with(|| self.closing.child_token())
+            .cancel();
+    }
+
+    /// Forgets `wait_id` once its consumer is gone (drops a cancel that no fill consumed).
+    pub fn forget_wait(&self, wait_id: u32) {
         self.waiters
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(wait_id, token.clone());
-        token
-    }
-
-    /// Ends one `fill` (the consumer's signal aborted).
-    pub fn cancel_wait(&self, wait_id: u32) {
-        if let Some(token) = self
-            .waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&wait_id)
-        {
-            token.cancel();
-        }
+            .remove(&wait_id);
     }
 
     /// Gives prefetched rows back to the table (no consumer is left to take them).
