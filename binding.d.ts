@@ -15,7 +15,10 @@ export declare class NativeSqlQueue {
   constructor(options: SqlQueueOptions)
   /** Creates the table and index if missing (always runs; refreshes the autoSetup memo). */
   setup(): Promise<void>
-  /** Stores one message; concurrent calls share one INSERT. Resolves to the new id. */
+  /**
+   * Stores one message; sends in flight together share one INSERT and keep the order
+   * of the calls. Resolves to the new id.
+   */
   send(body: string, headers: string, delayMs: number): Promise<string>
   /** The next prefetched message, or null when the buffer is empty. Never waits. */
   take(): NativeMessage | null

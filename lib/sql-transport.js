@@ -94,8 +94,10 @@ class SqlTransport {
       this.#queue.forgetWait(waitId);
       this.#activeLoops -= 1;
       if (this.#activeLoops === 0) {
-        // Nobody is left to take what was prefetched: make it claimable again now.
-        this.#settles.track(native(this.#queue.releasePrefetched())).catch(() => {});
+        // Nobody is left to take what was prefetched: make it claimable again before get()
+        // is done. If that fails (server gone), the rows come back after
+        // redeliverTimeoutSeconds like any unsettled claim; get() still ends normally.
+        await this.#settles.track(native(this.#queue.releasePrefetched())).catch(() => {});
       }
     }
   }

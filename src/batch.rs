@@ -32,13 +32,24 @@ impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
 
     /// Queues one request and waits for the flush that carries it.
     pub async fn submit(&self, item: T) -> Result<R> {
+        self.enqueue(item)?.await
+    }
+
+    /// Queues one request now (so requests keep the order of the calls that made them) and
+    /// returns the wait for its answer. Needs a runtime context on first use.
+    pub fn enqueue(
+        &self,
+        item: T,
+    ) -> Result<impl std::future::Future<Output = Result<R>> + Send + 'static> {
         let (reply, answer) = oneshot::channel();
         self.sender()
             .send((item, reply))
             .map_err(|_| Error::closed("The transport's writer has stopped."))?;
-        answer
-            .await
-            .map_err(|_| Error::transport("The transport's writer stopped before answering."))?
+        Ok(async move {
+            answer
+                .await
+                .map_err(|_| Error::transport("The transport's writer stopped before answering."))?
+        })
     }
 
     // The flusher task is spawned on first use so that construction needs no runtime.
@@ -114,6 +125,17 @@ mod tests {
         }
         let n = flushes.load(Ordering::SeqCst);
         assert!((1..100).contains(&n), "100 requests took {n} flushes");
+    }
+
+    #[tokio::test]
+    async fn enqueued_requests_keep_their_call_order_within_a_batch() {
+        let coalescer = Coalescer::new(1000, |items: Vec<u32>| {
+            Box::pin(async move { Ok(items) }) as BoxFuture<'static, Result<Vec<u32>>>
+        });
+        let waits: Vec<_> = (0..50u32).map(|i| coalescer.enqueue(i).unwrap()).collect();
+        for (i, wait) in waits.into_iter().enumerate() {
+            assert_eq!(wait.await.unwrap(), i as u32);
+        }
     }
 
     #[tokio::test]

@@ -20,6 +20,8 @@ pub mod wake;
 mod exports {
     use super::*;
     use error::Error;
+    use napi::bindgen_prelude::{within_runtime_if_available, PromiseRaw};
+    use napi::Env;
     use queue::{Queue, WaitConfig};
     use sql::{NewMessage, QueueConfig, StoredMessage};
     use std::sync::Arc;
@@ -126,27 +128,30 @@ mod exports {
             Ok(self.queue.setup().await?)
         }
 
-        /// Stores one message; concurrent calls share one INSERT. Resolves to the new id.
-        #[napi]
-        pub async fn send(
+        /// Stores one message; sends in flight together share one INSERT and keep the order
+        /// of the calls. Resolves to the new id.
+        #[napi(ts_return_type = "Promise<string>", catch_unwind)]
+        pub fn send<'env>(
             &self,
+            env: &'env Env,
             body: String,
             headers: String,
             delay_ms: f64,
-        ) -> napi::Result<String> {
+        ) -> napi::Result<PromiseRaw<'env, String>> {
             let delay_ms = if delay_ms.is_finite() && delay_ms > 0.0 {
                 delay_ms
             } else {
                 0.0
             };
-            Ok(self
-                .queue
-                .send(NewMessage {
-                    body,
-                    headers,
-                    delay_ms,
-                })
-                .await?)
+            let message = NewMessage {
+                body,
+                headers,
+                delay_ms,
+            };
+            // Queued here, on the calling thread: the order of send() calls is the order of
+            // the rows.
+            let stored = within_runtime_if_available(|| self.queue.send(message))?;
+            env.spawn_future(async move { Ok(stored.await?) })
         }
 
         /// The next prefetched message, or null when the buffer is empty. Never waits.

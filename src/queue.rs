@@ -33,9 +33,7 @@ pub struct WaitConfig {
 pub struct Queue {
     engine: Arc<dyn SqlEngine>,
     waits: WaitConfig,
-    auto_setup: bool,
-    setup_done: AtomicBool,
-    setup_lock: tokio::sync::Mutex<()>,
+    setup: Arc<SetupGate>,
     /// Claimed rows not yet handed to JavaScript.
     buffer: Mutex<Prefetch>,
     /// One claim at a time per queue: concurrent `get()` loops share the buffer.
@@ -54,10 +52,63 @@ struct Prefetch {
     handed_at: Option<(Instant, usize)>,
 }
 
+/// The autoSetup memo: the DDL runs once, only a success is remembered, and a table that
+/// vanished under a live instance (a NotFound error) is re-created by the next operation.
+struct SetupGate {
+    engine: Arc<dyn SqlEngine>,
+    auto: bool,
+    done: AtomicBool,
+    lock: tokio::sync::Mutex<()>,
+}
+
+impl SetupGate {
+    /// Runs the DDL now, whatever was memoized.
+    async fn run(&self) -> Result<()> {
+        let _guard = self.lock.lock().await;
+        self.engine.setup().await?;
+        self.done.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    async fn ensure(&self) -> Result<()> {
+        if !self.auto || self.done.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _guard = self.lock.lock().await;
+        if !self.done.load(Ordering::Acquire) {
+            self.observe(self.engine.setup().await)?;
+            self.done.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    fn observe<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(err) = &result {
+            if err.kind == ErrorKind::NotFound {
+                self.done.store(false, Ordering::Release);
+            }
+        }
+        result
+    }
+
+    /// `op` after the memoized setup, watching its result for a vanished table.
+    async fn around<T>(&self, op: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        self.ensure().await?;
+        self.observe(op.await)
+    }
+}
+
 impl Queue {
     pub fn new(engine: Arc<dyn SqlEngine>, waits: WaitConfig, auto_setup: bool) -> Self {
+        let setup = Arc::new(SetupGate {
+            engine: engine.clone(),
+            auto: auto_setup,
+            done: AtomicBool::new(false),
+            lock: tokio::sync::Mutex::new(()),
+        });
         let ack_engine = engine.clone();
         let send_engine = engine.clone();
+        let send_setup = setup.clone();
         let send_wake = engine.wake_signal();
         Self {
             acks: Coalescer::new(MAX_WRITE_BATCH, move |ids: Vec<i64>| {
@@ -70,18 +121,17 @@ impl Queue {
             }),
             sends: Coalescer::new(MAX_WRITE_BATCH, move |messages: Vec<NewMessage>| {
                 let engine = send_engine.clone();
+                let setup = send_setup.clone();
                 let wake = send_wake.clone();
                 Box::pin(async move {
-                    let ids = engine.insert(messages).await?;
+                    let ids = setup.around(engine.insert(messages)).await?;
                     wake.wake();
                     Ok(ids)
                 }) as BoxFuture<'static, Result<Vec<String>>>
             }),
             engine,
             waits,
-            auto_setup,
-            setup_done: AtomicBool::new(false),
-            setup_lock: tokio::sync::Mutex::new(()),
+            setup,
             buffer: Mutex::default(),
             claim_lock: tokio::sync::Mutex::new(()),
             batch_size: AtomicU32::new(FIRST_CLAIM_BATCH),
@@ -102,39 +152,17 @@ impl Queue {
 
     /// Runs the DDL now, whatever was memoized.
     pub async fn setup(&self) -> Result<()> {
-        let _guard = self.setup_lock.lock().await;
-        self.engine.setup().await?;
-        self.setup_done.store(true, Ordering::Release);
-        Ok(())
+        self.setup.run().await
     }
 
-    /// With autoSetup, runs the DDL once; only a success is remembered.
-    async fn ensure_setup(&self) -> Result<()> {
-        if !self.auto_setup || self.setup_done.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let _guard = self.setup_lock.lock().await;
-        if !self.setup_done.load(Ordering::Acquire) {
-            self.engine.setup().await?;
-            self.setup_done.store(true, Ordering::Release);
-        }
-        Ok(())
-    }
-
-    /// A table that vanished under a live instance is re-created by the next auto-setup.
-    fn observe<T>(&self, result: Result<T>) -> Result<T> {
-        if let Err(err) = &result {
-            if err.kind == ErrorKind::NotFound {
-                self.setup_done.store(false, Ordering::Release);
-            }
-        }
-        result
-    }
-
-    pub async fn send(&self, message: NewMessage) -> Result<String> {
+    /// Queues a send now, so concurrent sends are stored in the order they were made, and
+    /// returns the wait for its id (sends in flight together share one INSERT).
+    pub fn send(
+        &self,
+        message: NewMessage,
+    ) -> Result<impl std::future::Future<Output = Result<String>> + Send + 'static> {
         self.guard_open("send")?;
-        self.observe(self.ensure_setup().await)?;
-        self.observe(self.sends.submit(message).await)
+        self.sends.enqueue(message)
     }
 
     /// The next prefetched message, without waiting (the sync fast path).
@@ -174,9 +202,8 @@ impl Queue {
                 if cancel.is_cancelled() {
                     return Ok(false);
                 }
-                self.observe(self.ensure_setup().await)?;
                 let limit = self.next_batch_size();
-                let rows = self.observe(self.engine.claim(limit).await)?;
+                let rows = self.setup.around(self.engine.claim(limit)).await?;
                 if !rows.is_empty() {
                     let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
                     buffer.handed_at = Some((Instant::now(), rows.len()));
@@ -314,8 +341,7 @@ impl Queue {
     }
 
     pub async fn list(&self, limit: u32) -> Result<Vec<StoredMessage>> {
-        self.observe(self.ensure_setup().await)?;
-        self.observe(self.engine.list(limit).await)
+        self.setup.around(self.engine.list(limit)).await
     }
 
     pub async fn find(&self, id: &str) -> Result<Option<StoredMessage>> {
@@ -325,13 +351,11 @@ impl Queue {
         let Ok(id) = id.parse::<i64>() else {
             return Ok(None);
         };
-        self.observe(self.ensure_setup().await)?;
-        self.observe(self.engine.find(id).await)
+        self.setup.around(self.engine.find(id)).await
     }
 
     pub async fn count(&self) -> Result<i64> {
-        self.observe(self.ensure_setup().await)?;
-        self.observe(self.engine.count().await)
+        self.setup.around(self.engine.count()).await
     }
 
     /// First step of close: no new claims or sends; every idle wait returns now.

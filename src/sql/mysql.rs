@@ -212,7 +212,7 @@ impl Statements {
             ),
             claim_select: format!(
                 "SELECT CAST(id AS CHAR) AS id, body, headers FROM {t} WHERE {claimable} \
-                 ORDER BY available_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+                 ORDER BY {t}.available_at, {t}.id LIMIT ? FOR UPDATE SKIP LOCKED"
             ),
             insert_row: "(?, ?, ?, NOW(3), NOW(3) + INTERVAL ? MICROSECOND)",
             insert_head: format!("INSERT INTO {t} (queue_name, body, headers, created_at, available_at) VALUES "),
@@ -229,7 +229,7 @@ impl Statements {
                  AND (delivered_at IS NULL OR delivered_at < NOW(3) - INTERVAL ? SECOND)"
             ),
             list: format!(
-                "SELECT CAST(id AS CHAR) AS id, body, headers FROM {t} WHERE queue_name = ? ORDER BY available_at, id LIMIT ?"
+                "SELECT CAST(id AS CHAR) AS id, body, headers FROM {t} WHERE queue_name = ? ORDER BY {t}.available_at, {t}.id LIMIT ?"
             ),
             find: format!("SELECT CAST(id AS CHAR) AS id, body, headers FROM {t} WHERE id = ?"),
             count: format!("SELECT COUNT(*) AS count FROM {t} WHERE {claimable}"),
@@ -602,5 +602,14 @@ mod tests {
             old_mysql.message
         );
         assert!(check_server_version("8.0.0").is_err());
+    }
+    #[test]
+    fn listing_orders_by_the_numeric_id_not_its_text_alias() {
+        let sql = Statements::new("t");
+        assert!(
+            sql.list.contains("ORDER BY t.available_at, t.id"),
+            "{}",
+            sql.list
+        );
     }
 }

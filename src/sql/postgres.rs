@@ -199,7 +199,7 @@ impl Statements {
                  ), claimed AS ( \
                    UPDATE {t} AS m SET delivered_at = now() FROM due WHERE m.id = due.id \
                    RETURNING m.id, m.body, m.headers, m.available_at \
-                 ) SELECT id::text AS id, body, headers FROM claimed ORDER BY available_at, id"
+                 ) SELECT claimed.id::text AS id, body, headers FROM claimed ORDER BY claimed.available_at, claimed.id"
             ),
             delete: format!("DELETE FROM {t} WHERE id = ANY($1::bigint[])"),
             redeliver: format!(
@@ -217,7 +217,7 @@ impl Statements {
                  AND (delivered_at IS NULL OR delivered_at < now() - make_interval(secs => $2::float8))"
             ),
             list: format!(
-                "SELECT id::text AS id, body, headers FROM {t} WHERE queue_name = $1 ORDER BY available_at, id LIMIT $2"
+                "SELECT id::text AS id, body, headers FROM {t} WHERE queue_name = $1 ORDER BY {t}.available_at, {t}.id LIMIT $2"
             ),
             find: format!("SELECT id::text AS id, body, headers FROM {t} WHERE id = $1"),
             count: format!("SELECT count(*) AS count FROM {t} WHERE {claimable}"),
@@ -503,5 +503,14 @@ mod tests {
         let io = sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         assert_eq!(classify(&io), Failure::Connection);
         assert_eq!(classify(&sqlx::Error::RowNotFound), Failure::Other);
+    }
+    #[test]
+    fn listing_orders_by_the_numeric_id_not_its_text_alias() {
+        let sql = Statements::new("t", true);
+        assert!(
+            sql.list.contains("ORDER BY t.available_at, t.id"),
+            "{}",
+            sql.list
+        );
     }
 }

@@ -181,7 +181,7 @@ impl Statements {
                  FROM {t} WHERE queue_name = ?1 AND (delivered_at IS NULL OR delivered_at < {expired})"
             ),
             list: format!(
-                "SELECT CAST(id AS TEXT) AS id, body, headers FROM {t} WHERE queue_name = ?1 ORDER BY available_at, id LIMIT ?2"
+                "SELECT CAST(id AS TEXT) AS id, body, headers FROM {t} WHERE queue_name = ?1 ORDER BY {t}.available_at, {t}.id LIMIT ?2"
             ),
             find: format!("SELECT CAST(id AS TEXT) AS id, body, headers FROM {t} WHERE id = ?1"),
             count: format!("SELECT COUNT(*) AS count FROM {t} WHERE {claimable}"),
@@ -477,5 +477,14 @@ mod tests {
         assert!(sql
             .create_index
             .contains("t_claim_idx ON t (queue_name, available_at, delivered_at, id)"));
+    }
+    #[test]
+    fn listing_orders_by_the_numeric_id_not_its_text_alias() {
+        let sql = Statements::new("t");
+        assert!(
+            sql.list.contains("ORDER BY t.available_at, t.id"),
+            "{}",
+            sql.list
+        );
     }
 }
