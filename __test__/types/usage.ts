@@ -1,0 +1,154 @@
+// Compile-only check of the package's public declarations (index.d.ts), never executed:
+//   npx tsc -p __test__/types/tsconfig.json     (npm run test:types)
+// A NestJS app swaps `@schally/nestjs-messenger-transport-sql` for this package and nothing
+// else changes: same class name, same options, same capabilities seen by the core.
+import { SqlTransport, type SqlTransportOptions } from '../..';
+import {
+  DelayStamp,
+  Envelope,
+  JsonSerializer,
+  ReceivedStamp,
+  RedeliveryStamp,
+  TransportMessageIdStamp,
+  isListableReceiver,
+  isMessageCountAware,
+  isMessageRetriever,
+  type FailureTransport,
+  type ListableReceiver,
+  type MessageCountAware,
+  type MessageRetriever,
+  type Receiver,
+  type Sender,
+  type Serializer,
+  type TransportInterface,
+} from '@schally/nestjs-messenger';
+import type { SqlTransportOptions as UpstreamSqlTransportOptions } from '@schally/nestjs-messenger-transport-sql';
+
+class OrderPlaced {
+  constructor(
+    readonly orderId: string,
+    readonly total: number,
+  ) {}
+}
+
+const serializer: Serializer = new JsonSerializer([OrderPlaced]);
+
+// Every option, with its type.
+const options: SqlTransportOptions = {
+  dsn: 'postgres://postgres@127.0.0.1:5432/test',
+  queueName: 'orders',
+  name: 'async',
+  tableName: 'messenger_messages',
+  serializer,
+  redeliverTimeoutSeconds: 3600,
+  autoSetup: false,
+  pollIntervalMs: 100,
+  useNotify: true,
+  getNotifyTimeoutMs: 60_000,
+  connectTimeoutMs: 5_000,
+};
+const transport = new SqlTransport(options);
+
+// Only the dsn is required.
+const minimal: SqlTransport = new SqlTransport({ dsn: 'postgresql://localhost/app' });
+
+// Drop-in: options written for the upstream transport are accepted as they are.
+const upstreamOptions: UpstreamSqlTransportOptions = {
+  dsn: 'postgres://localhost/app',
+  queueName: 'orders',
+  name: 'async',
+  tableName: 'messenger_messages',
+  serializer,
+  redeliverTimeoutSeconds: 3600,
+  autoSetup: true,
+  pollIntervalMs: 100,
+  useNotify: true,
+  getNotifyTimeoutMs: 60_000,
+};
+const fromUpstreamOptions: SqlTransport = new SqlTransport(upstreamOptions);
+
+// What the core sees: a transport, and every optional capability (failure transport included).
+const asTransport: TransportInterface = transport;
+const asSender: Sender = transport;
+const asReceiver: Receiver = transport;
+const asListable: ListableReceiver = transport;
+const asRetriever: MessageRetriever = transport;
+const asCountAware: MessageCountAware = transport;
+const asFailureTransport: FailureTransport = transport;
+const capabilities: [boolean, boolean, boolean] = [
+  isListableReceiver(transport),
+  isMessageRetriever(transport),
+  isMessageCountAware(transport),
+];
+
+async function usage(signal: AbortSignal): Promise<number> {
+  const setupDone: Promise<void> = transport.setup();
+  await setupDone;
+
+  const sent: Envelope = await transport.send(
+    new Envelope(new OrderPlaced('o-1', 42), [new DelayStamp(1_000)]),
+  );
+  const sentId: string | number | undefined = sent.last(TransportMessageIdStamp)?.id;
+
+  const deliveries: AsyncIterableIterator<Envelope> = transport.get(signal);
+  for await (const envelope of deliveries) {
+    const message: object = envelope.message;
+    const receivedBy: string | undefined = envelope.last(ReceivedStamp)?.transportName;
+    const retries: number = envelope.last(RedeliveryStamp)?.retryCount ?? 0;
+    if (message instanceof OrderPlaced && receivedBy === 'async' && retries === 0) {
+      const acked: Promise<void> = transport.ack(envelope);
+      await acked;
+    } else {
+      const rejected: Promise<void> = transport.reject(envelope);
+      await rejected;
+    }
+  }
+
+  const listed: AsyncIterableIterator<Envelope> = transport.list();
+  for await (const envelope of listed) {
+    const id: string | number | undefined = envelope.last(TransportMessageIdStamp)?.id;
+    if (id === undefined) throw new Error('listed envelopes carry their id');
+  }
+  for await (const envelope of transport.list(10)) {
+    await transport.ack(envelope);
+  }
+
+  const found: Envelope | undefined = await transport.find(String(sentId));
+  if (found !== undefined) {
+    await transport.ack(found);
+  }
+
+  const count: number = await transport.getMessageCount();
+  const closed: Promise<void> = transport.close();
+  await closed;
+  await minimal.close();
+  await fromUpstreamOptions.close();
+  return count;
+}
+
+// @ts-expect-error pollIntervalMs is a number of milliseconds, not a string
+new SqlTransport({ dsn: 'postgres://localhost/app', pollIntervalMs: '100' });
+
+// @ts-expect-error the dsn is required
+new SqlTransport({ queueName: 'orders' });
+
+// @ts-expect-error useNotify is a boolean
+new SqlTransport({ dsn: 'postgres://localhost/app', useNotify: 'yes' });
+
+// @ts-expect-error find() takes the id as a string
+void transport.find(42);
+
+// @ts-expect-error options are readonly
+options.queueName = 'other';
+
+export const checks = [
+  usage,
+  asTransport,
+  asSender,
+  asReceiver,
+  asListable,
+  asRetriever,
+  asCountAware,
+  asFailureTransport,
+  capabilities,
+] as const;
