@@ -8,19 +8,19 @@ use percent_encoding::percent_decode_str;
 
 /// The storage engines a SQL DSN can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Engine {
+pub enum Dialect {
     Postgres,
     MySql,
     Sqlite,
 }
 
-impl Engine {
+impl Dialect {
     /// The engine's name as used in error messages (`<Engine> transport failed during …`).
     pub fn label(self) -> &'static str {
         match self {
-            Engine::Postgres => "PostgreSQL",
-            Engine::MySql => "MySQL",
-            Engine::Sqlite => "SQLite",
+            Dialect::Postgres => "PostgreSQL",
+            Dialect::MySql => "MySQL",
+            Dialect::Sqlite => "SQLite",
         }
     }
 }
@@ -28,7 +28,7 @@ impl Engine {
 /// A parsed SQL DSN.
 #[derive(Debug, Clone)]
 pub struct SqlDsn {
-    pub engine: Engine,
+    pub dialect: Dialect,
     /// The DSN as the driver should see it (`mariadb:` rewritten to `mysql:`).
     pub driver_url: String,
     /// The DSN with its password replaced by `***`, for messages.
@@ -61,27 +61,27 @@ pub fn parse_sql_dsn(dsn: &str) -> Result<SqlDsn> {
             "Invalid SQL DSN: \"{redacted}\"."
         )));
     }
-    let engine = match scheme.to_ascii_lowercase().as_str() {
-        "postgres" | "postgresql" => Engine::Postgres,
-        "mysql" | "mariadb" => Engine::MySql,
-        "sqlite" => Engine::Sqlite,
+    let dialect = match scheme.to_ascii_lowercase().as_str() {
+        "postgres" | "postgresql" => Dialect::Postgres,
+        "mysql" | "mariadb" => Dialect::MySql,
+        "sqlite" => Dialect::Sqlite,
         other => {
             return Err(Error::connection(format!(
                 "Unsupported SQL DSN scheme \"{other}:\"; use one of {SUPPORTED}."
             )))
         }
     };
-    if engine != Engine::Sqlite && url::Url::parse(dsn).is_err() {
+    if dialect != Dialect::Sqlite && url::Url::parse(dsn).is_err() {
         return Err(Error::connection(format!(
             "Invalid SQL DSN: \"{redacted}\"."
         )));
     }
-    let driver_url = match engine {
-        Engine::MySql => format!("mysql:{rest}"),
+    let driver_url = match dialect {
+        Dialect::MySql => format!("mysql:{rest}"),
         _ => dsn.to_owned(),
     };
     Ok(SqlDsn {
-        engine,
+        dialect,
         driver_url,
         redacted,
         secrets,
@@ -148,14 +148,14 @@ mod tests {
     #[test]
     fn resolves_each_scheme_to_its_engine() {
         for (dsn, engine) in [
-            ("postgres://u@localhost/db", Engine::Postgres),
-            ("postgresql://u@localhost:5432/db", Engine::Postgres),
-            ("mysql://root@127.0.0.1:3306/test", Engine::MySql),
-            ("mariadb://root@127.0.0.1:3306/test", Engine::MySql),
-            ("sqlite://data/queue.db", Engine::Sqlite),
-            ("POSTGRES://u@h/db", Engine::Postgres),
+            ("postgres://u@localhost/db", Dialect::Postgres),
+            ("postgresql://u@localhost:5432/db", Dialect::Postgres),
+            ("mysql://root@127.0.0.1:3306/test", Dialect::MySql),
+            ("mariadb://root@127.0.0.1:3306/test", Dialect::MySql),
+            ("sqlite://data/queue.db", Dialect::Sqlite),
+            ("POSTGRES://u@h/db", Dialect::Postgres),
         ] {
-            assert_eq!(parse_sql_dsn(dsn).unwrap().engine, engine, "{dsn}");
+            assert_eq!(parse_sql_dsn(dsn).unwrap().dialect, engine, "{dsn}");
         }
     }
 

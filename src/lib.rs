@@ -8,6 +8,7 @@ extern crate napi_derive;
 
 pub mod batch;
 pub mod dsn;
+pub mod engine;
 pub mod error;
 pub mod ident;
 pub mod queue;
@@ -22,7 +23,7 @@ mod exports {
     use error::Error;
     use napi::bindgen_prelude::{within_runtime_if_available, PromiseRaw};
     use napi::Env;
-    use queue::{Queue, WaitConfig};
+    use queue::Queue;
     use sql::{NewMessage, QueueConfig, StoredMessage};
     use std::sync::Arc;
     use std::time::Duration;
@@ -63,10 +64,10 @@ mod exports {
     #[napi(catch_unwind)]
     pub fn sql_engine_of(dsn: String) -> napi::Result<String> {
         let parsed = dsn::parse_sql_dsn(&dsn)?;
-        Ok(match parsed.engine {
-            dsn::Engine::Postgres => "postgres",
-            dsn::Engine::MySql => "mysql",
-            dsn::Engine::Sqlite => "sqlite",
+        Ok(match parsed.dialect {
+            dsn::Dialect::Postgres => "postgres",
+            dsn::Dialect::MySql => "mysql",
+            dsn::Dialect::Sqlite => "sqlite",
         }
         .to_owned())
     }
@@ -102,23 +103,21 @@ mod exports {
                 ))
                 .into());
             }
-            let waits = WaitConfig {
-                poll_interval: millis(options.poll_interval_ms, "pollIntervalMs")?,
-                notify_timeout: millis(options.get_notify_timeout_ms, "getNotifyTimeoutMs")?,
-            };
             let config = QueueConfig {
                 table: options.table_name,
                 queue: options.queue_name,
                 redeliver_timeout_seconds: redeliver,
                 use_notify: options.use_notify,
                 connect_timeout: millis(options.connect_timeout_ms, "connectTimeoutMs")?,
+                poll_interval: millis(options.poll_interval_ms, "pollIntervalMs")?,
+                notify_timeout: millis(options.get_notify_timeout_ms, "getNotifyTimeoutMs")?,
             };
             // Pools spawn their maintenance task on creation: give them napi's runtime.
             let engine = napi::bindgen_prelude::within_runtime_if_available(|| {
                 sql::open_engine(&dsn, config)
             })?;
             Ok(Self {
-                queue: Arc::new(Queue::new(engine, waits, options.auto_setup)),
+                queue: Arc::new(Queue::new(engine, options.auto_setup)),
             })
         }
 

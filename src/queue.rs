@@ -3,8 +3,8 @@
 //! coalesced acks and sends, memoized setup, and the close sequence.
 
 use crate::batch::Coalescer;
+use crate::engine::{Engine, NewMessage, StoredMessage};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sql::{NewMessage, SqlEngine, StoredMessage};
 use crate::wake::WaitOutcome;
 use futures_util::future::BoxFuture;
 use std::collections::{HashMap, VecDeque};
@@ -18,30 +18,23 @@ pub const MAX_CLAIM_BATCH: u32 = 256;
 const FIRST_CLAIM_BATCH: u32 = 16;
 /// A claim aims to hold about this much of the consumer's work (see `next_batch_size`).
 const CLAIM_WINDOW: Duration = Duration::from_millis(100);
+/// Claims are renewed at a third of their lease, but not more often than this.
+const MIN_RENEW_PERIOD: Duration = Duration::from_millis(20);
 /// Largest batch one ack or send statement carries.
 const MAX_WRITE_BATCH: usize = 1000;
-/// Shortest idle wait: due rows that SKIP LOCKED skipped are re-tried this soon.
-const MIN_IDLE_WAIT: Duration = Duration::from_millis(10);
-
-/// Timing options of the idle wait.
-#[derive(Debug, Clone, Copy)]
-pub struct WaitConfig {
-    pub poll_interval: Duration,
-    pub notify_timeout: Duration,
-}
 
 pub struct Queue {
-    engine: Arc<dyn SqlEngine>,
-    waits: WaitConfig,
+    engine: Arc<dyn Engine>,
     setup: Arc<SetupGate>,
     /// Claimed rows not yet handed to JavaScript.
-    buffer: Mutex<Prefetch>,
+    buffer: Arc<Mutex<Prefetch>>,
+    keeper: std::sync::OnceLock<()>,
     /// One claim at a time per queue: concurrent `get()` loops share the buffer.
     claim_lock: tokio::sync::Mutex<()>,
     batch_size: AtomicU32,
     closing: CancellationToken,
     waiters: Mutex<HashMap<u32, CancellationToken>>,
-    acks: Coalescer<i64, ()>,
+    acks: Coalescer<String, ()>,
     sends: Coalescer<NewMessage, String>,
 }
 
@@ -50,12 +43,14 @@ struct Prefetch {
     rows: VecDeque<StoredMessage>,
     /// When the current batch was handed over and how big it was, to size the next one.
     handed_at: Option<(Instant, usize)>,
+    /// When the claim on the buffered rows was last taken or renewed.
+    renewed_at: Option<Instant>,
 }
 
 /// The autoSetup memo: the DDL runs once, only a success is remembered, and a table that
 /// vanished under a live instance (a NotFound error) is re-created by the next operation.
 struct SetupGate {
-    engine: Arc<dyn SqlEngine>,
+    engine: Arc<dyn Engine>,
     auto: bool,
     done: AtomicBool,
     lock: tokio::sync::Mutex<()>,
@@ -99,7 +94,7 @@ impl SetupGate {
 }
 
 impl Queue {
-    pub fn new(engine: Arc<dyn SqlEngine>, waits: WaitConfig, auto_setup: bool) -> Self {
+    pub fn new(engine: Arc<dyn Engine>, auto_setup: bool) -> Self {
         let setup = Arc::new(SetupGate {
             engine: engine.clone(),
             auto: auto_setup,
@@ -111,7 +106,7 @@ impl Queue {
         let send_setup = setup.clone();
         let send_wake = engine.wake_signal();
         Self {
-            acks: Coalescer::new(MAX_WRITE_BATCH, move |ids: Vec<i64>| {
+            acks: Coalescer::new(MAX_WRITE_BATCH, move |ids: Vec<String>| {
                 let engine = ack_engine.clone();
                 Box::pin(async move {
                     let count = ids.len();
@@ -130,9 +125,9 @@ impl Queue {
                 }) as BoxFuture<'static, Result<Vec<String>>>
             }),
             engine,
-            waits,
             setup,
-            buffer: Mutex::default(),
+            buffer: Arc::default(),
+            keeper: std::sync::OnceLock::new(),
             claim_lock: tokio::sync::Mutex::new(()),
             batch_size: AtomicU32::new(FIRST_CLAIM_BATCH),
             closing: CancellationToken::new(),
@@ -185,6 +180,7 @@ impl Queue {
     }
 
     async fn fill_until(&self, cancel: &CancellationToken) -> Result<bool> {
+        self.keeper.get_or_init(|| self.spawn_keeper());
         let signal = self.engine.wake_signal();
         loop {
             if cancel.is_cancelled() {
@@ -207,15 +203,47 @@ impl Queue {
                 if !rows.is_empty() {
                     let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
                     buffer.handed_at = Some((Instant::now(), rows.len()));
+                    buffer.renewed_at = Some(Instant::now());
                     buffer.rows.extend(rows);
                     return Ok(true);
                 }
             }
-            let timeout = self.idle_wait().await;
-            if signal.wait(seen, timeout, cancel).await == WaitOutcome::Cancelled {
+            if self.engine.idle(seen, cancel).await? == WaitOutcome::Cancelled {
                 return Ok(false);
             }
         }
+    }
+
+    /// Renews the claim on rows that wait in the buffer while a slow handler runs, so that
+    /// they are not taken over as abandoned (a redelivery timeout, an idle-claim threshold).
+    fn spawn_keeper(&self) {
+        let lease = self.engine.claim_lease();
+        let period = (lease / 3).max(MIN_RENEW_PERIOD);
+        let (engine, buffer, closing) = (
+            self.engine.clone(),
+            self.buffer.clone(),
+            self.closing.clone(),
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = closing.cancelled() => return,
+                    _ = tokio::time::sleep(period) => {}
+                }
+                let stale: Vec<String> = {
+                    let mut buffer = buffer.lock().unwrap_or_else(|p| p.into_inner());
+                    match buffer.renewed_at {
+                        Some(at) if at.elapsed() >= period && !buffer.rows.is_empty() => {
+                            buffer.renewed_at = Some(Instant::now());
+                            buffer.rows.iter().map(|r| r.id.clone()).collect()
+                        }
+                        _ => continue,
+                    }
+                };
+                // Best effort: if it fails, the rows are redelivered later, never lost.
+                let _ = engine.keep_claimed(stale).await;
+            }
+        });
     }
 
     fn buffer_is_empty(&self) -> bool {
@@ -251,25 +279,6 @@ impl Queue {
         };
         self.batch_size.store(next, Ordering::Relaxed);
         next
-    }
-
-    /// How long an idle consumer may sleep: until the next delayed message is due, capped by
-    /// the notify timeout while push wake-ups are live, else by the poll interval.
-    async fn idle_wait(&self) -> Duration {
-        let cap = if self.engine.capabilities().push_wakeup && self.engine.push_ready().await {
-            self.waits.notify_timeout
-        } else {
-            self.waits.poll_interval
-        };
-        if cap <= MIN_IDLE_WAIT {
-            return cap;
-        }
-        // A failed peek just means "nothing scheduled": the cap still bounds the wait.
-        match self.engine.next_due_in_ms().await {
-            Ok(Some(ms)) => Duration::from_secs_f64((ms.max(0.0) / 1000.0).min(cap.as_secs_f64()))
-                .max(MIN_IDLE_WAIT),
-            _ => cap,
-        }
     }
 
     /// The token of wait `wait_id`. A cancel may arrive before the fill that it targets has
@@ -311,29 +320,20 @@ impl Queue {
         if rows.is_empty() {
             return Ok(());
         }
-        let ids = rows
-            .iter()
-            .filter_map(|r| r.id.parse::<i64>().ok())
-            .collect();
-        self.engine.release(ids).await?;
+        self.engine
+            .release(rows.into_iter().map(|r| r.id).collect())
+            .await?;
         self.engine.wake_signal().wake();
         Ok(())
     }
 
     pub async fn ack(&self, id: &str) -> Result<()> {
-        // Ids that are not ours cannot be in the table: deleting them is a no-op.
-        let Ok(id) = id.parse::<i64>() else {
-            return Ok(());
-        };
-        self.acks.submit(id).await
+        self.acks.submit(id.to_owned()).await
     }
 
     /// Deletes the original and inserts the copy atomically; None if the original was gone.
     pub async fn redeliver(&self, id: &str, copy: NewMessage) -> Result<Option<String>> {
-        let Ok(id) = id.parse::<i64>() else {
-            return Ok(None);
-        };
-        let result = self.engine.redeliver(id, copy).await?;
+        let result = self.engine.redeliver(id.to_owned(), copy).await?;
         if result.is_some() {
             self.engine.wake_signal().wake();
         }
@@ -345,13 +345,7 @@ impl Queue {
     }
 
     pub async fn find(&self, id: &str) -> Result<Option<StoredMessage>> {
-        if !crate::ident::is_decimal_id(id) {
-            return Ok(None);
-        }
-        let Ok(id) = id.parse::<i64>() else {
-            return Ok(None);
-        };
-        self.setup.around(self.engine.find(id)).await
+        self.setup.around(self.engine.find(id.to_owned())).await
     }
 
     pub async fn count(&self) -> Result<i64> {
@@ -370,5 +364,12 @@ impl Queue {
         let released = self.release_prefetched().await;
         self.engine.shutdown().await;
         released
+    }
+}
+
+impl Drop for Queue {
+    // A transport dropped without close(): stop its background work all the same.
+    fn drop(&mut self) {
+        self.closing.cancel();
     }
 }

@@ -8,63 +8,74 @@ pub mod postgres;
 pub mod shared;
 pub mod sqlite;
 
-use crate::dsn::{Engine, SqlDsn};
+use crate::dsn::{Dialect, SqlDsn};
 use crate::error::{Error, ErrorKind, Result};
-use crate::wake::WakeSignal;
+use crate::wake::{WaitOutcome, WakeSignal};
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
-/// A stored message as the engines hand it out: the id as a decimal string, body and headers
-/// exactly as stored (the serializer in JavaScript decodes them).
-#[derive(Debug, Clone)]
-pub struct StoredMessage {
-    pub id: String,
-    pub body: String,
-    pub headers: String,
-}
+pub use crate::engine::{Engine, NewMessage, StoredMessage};
 
-/// A message to insert: `delay_ms` is added to the database clock's `now`.
-#[derive(Debug, Clone)]
-pub struct NewMessage {
-    pub body: String,
-    pub headers: String,
-    pub delay_ms: f64,
-}
-
-/// What an engine can do, so that the queue logic can choose without naming engines.
+/// What a SQL engine can do, so that the shared idle wait can choose without naming engines.
 #[derive(Debug, Clone, Copy)]
 pub struct Capabilities {
     /// Idle consumers can be woken by the database itself (PostgreSQL LISTEN/NOTIFY).
     pub push_wakeup: bool,
 }
 
-/// Everything a queue needs from storage, for one (table, queue) on one connection target.
-pub trait SqlEngine: Send + Sync {
+/// The parts of a SQL engine the shared idle wait (`idle_wait`) needs.
+pub trait SqlWaits: Send + Sync {
     fn capabilities(&self) -> Capabilities;
-    /// The in-process wake signal of this engine's queue.
+    fn config(&self) -> &QueueConfig;
     fn wake_signal(&self) -> Arc<WakeSignal>;
-    /// Creates the table and index if missing (the upstream DDL, byte for byte).
-    fn setup(&self) -> BoxFuture<'_, Result<()>>;
-    /// Inserts a batch in one statement; returns the new ids in input order.
-    fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>>;
-    /// Claims up to `limit` due messages, oldest first, marking them delivered.
-    fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>>;
-    /// Deletes by id (ack, discard); ids that no longer exist are ignored.
-    fn delete(&self, ids: Vec<i64>) -> BoxFuture<'_, Result<()>>;
-    /// Atomically deletes `id` and inserts `copy` in its place; `None` if `id` was gone.
-    fn redeliver(&self, id: i64, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>>;
-    /// Makes claimed-but-unhandled messages claimable again at once.
-    fn release(&self, ids: Vec<i64>) -> BoxFuture<'_, Result<()>>;
     /// Milliseconds until the next not-in-flight message of the queue is due (≤ 0: due now).
     fn next_due_in_ms(&self) -> BoxFuture<'_, Result<Option<f64>>>;
     /// Whether push wake-ups are live right now (starting the listener if needed).
     fn push_ready(&self) -> BoxFuture<'_, bool>;
-    fn list(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>>;
-    fn find(&self, id: i64) -> BoxFuture<'_, Result<Option<StoredMessage>>>;
-    fn count(&self) -> BoxFuture<'_, Result<i64>>;
-    /// Lets go of this queue's share of the pool; the last one out closes it.
-    fn shutdown(&self) -> BoxFuture<'_, ()>;
+}
+
+/// Shortest idle wait: due rows that SKIP LOCKED skipped are re-tried this soon.
+const MIN_IDLE_WAIT: Duration = Duration::from_millis(10);
+
+/// The idle wait of every SQL engine: sleep until the next delayed message is due, capped by
+/// the notify timeout while push wake-ups are live, else by the poll interval; any wake-up
+/// (a NOTIFY, a send in this process) or `cancel` ends it early.
+pub async fn idle_wait(
+    engine: &dyn SqlWaits,
+    seen: u64,
+    cancel: &CancellationToken,
+) -> Result<WaitOutcome> {
+    let config = engine.config();
+    let cap = if engine.capabilities().push_wakeup && engine.push_ready().await {
+        config.notify_timeout
+    } else {
+        config.poll_interval
+    };
+    let timeout = if cap <= MIN_IDLE_WAIT {
+        cap
+    } else {
+        // A failed peek just means "nothing scheduled": the cap still bounds the wait.
+        match engine.next_due_in_ms().await {
+            Ok(Some(ms)) => Duration::from_secs_f64((ms.max(0.0) / 1000.0).min(cap.as_secs_f64()))
+                .max(MIN_IDLE_WAIT),
+            _ => cap,
+        }
+    };
+    Ok(engine.wake_signal().wait(seen, timeout, cancel).await)
+}
+
+/// `(1,2,3)`: ids are integers parsed in Rust, so inlining them cannot inject anything, and
+/// the statement needs no prepared form per list length.
+pub fn id_list(ids: &[i64]) -> String {
+    let joined: Vec<String> = ids.iter().map(i64::to_string).collect();
+    format!("({})", joined.join(","))
+}
+
+/// Row ids as integers; an id that is not one cannot be in a table and is skipped.
+pub fn numeric_ids(ids: &[String]) -> Vec<i64> {
+    ids.iter().filter_map(|id| id.parse().ok()).collect()
 }
 
 /// The options an engine needs besides its DSN.
@@ -75,14 +86,16 @@ pub struct QueueConfig {
     pub redeliver_timeout_seconds: f64,
     pub use_notify: bool,
     pub connect_timeout: Duration,
+    pub poll_interval: Duration,
+    pub notify_timeout: Duration,
 }
 
 /// Opens (or joins) the shared connection target for a DSN and returns the queue's engine.
-pub fn open_engine(dsn: &SqlDsn, config: QueueConfig) -> Result<Arc<dyn SqlEngine>> {
-    match dsn.engine {
-        Engine::Postgres => Ok(Arc::new(postgres::PostgresQueue::open(dsn, config)?)),
-        Engine::MySql => Ok(Arc::new(mysql::MySqlQueue::open(dsn, config)?)),
-        Engine::Sqlite => Ok(Arc::new(sqlite::SqliteQueue::open(dsn, config)?)),
+pub fn open_engine(dsn: &SqlDsn, config: QueueConfig) -> Result<Arc<dyn Engine>> {
+    match dsn.dialect {
+        Dialect::Postgres => Ok(Arc::new(postgres::PostgresQueue::open(dsn, config)?)),
+        Dialect::MySql => Ok(Arc::new(mysql::MySqlQueue::open(dsn, config)?)),
+        Dialect::Sqlite => Ok(Arc::new(sqlite::SqliteQueue::open(dsn, config)?)),
     }
 }
 
@@ -98,7 +111,7 @@ pub enum Failure {
 
 /// Builds the user-facing error `<Engine> transport failed during "<op>": <driver message>`.
 pub fn driver_error(
-    engine: Engine,
+    engine: Dialect,
     op: &str,
     failure: Failure,
     detail: &str,
@@ -120,7 +133,7 @@ pub fn driver_error(
 }
 
 /// The error for a server that accepted no connection within the connect timeout.
-pub fn no_answer(engine: Engine, op: &str, timeout: Duration, secrets: &[String]) -> Error {
+pub fn no_answer(engine: Dialect, op: &str, timeout: Duration, secrets: &[String]) -> Error {
     driver_error(
         engine,
         op,

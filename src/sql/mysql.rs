@@ -5,12 +5,12 @@
 
 use super::shared::{FirstContact, Targets};
 use super::{
-    driver_error, no_answer, with_transient_retry, Capabilities, Failure, NewMessage, QueueConfig,
-    SqlEngine, StoredMessage,
+    driver_error, id_list, idle_wait, no_answer, numeric_ids, with_transient_retry, Capabilities,
+    Engine, Failure, NewMessage, QueueConfig, SqlWaits, StoredMessage,
 };
-use crate::dsn::{Engine, SqlDsn};
+use crate::dsn::{Dialect, SqlDsn};
 use crate::error::{Error, Result};
-use crate::wake::{WakeBoard, WakeSignal};
+use crate::wake::{WaitOutcome, WakeBoard, WakeSignal};
 use futures_util::future::BoxFuture;
 use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{ConnectOptions, Connection, Row};
@@ -18,6 +18,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// Leave room for the statement text and protocol framing in `max_allowed_packet`.
 const PACKET_HEADROOM: u64 = 64 * 1024;
@@ -81,7 +82,7 @@ impl MySqlShared {
                 let mut conn = match tokio::time::timeout(self.connect_timeout, self.options.connect()).await {
                     Ok(Ok(conn)) => conn,
                     Ok(Err(err)) => return Err(self.error(op, &err)),
-                    Err(_) => return Err(no_answer(Engine::MySql, op, self.connect_timeout, &self.secrets)),
+                    Err(_) => return Err(no_answer(Dialect::MySql, op, self.connect_timeout, &self.secrets)),
                 };
                 let row = sqlx::query(
                     "SELECT VERSION() AS version, CAST(@@max_allowed_packet AS UNSIGNED) AS max_packet, \
@@ -118,7 +119,7 @@ impl MySqlShared {
             },
             other => other.to_string(),
         };
-        driver_error(Engine::MySql, op, classify(err), &detail, &self.secrets)
+        driver_error(Dialect::MySql, op, classify(err), &detail, &self.secrets)
     }
 }
 
@@ -196,6 +197,7 @@ struct Statements {
     delete_head: String,
     redeliver_delete: String,
     release_head: String,
+    keep_head: String,
     next_due: String,
     list: String,
     find: String,
@@ -223,6 +225,7 @@ impl Statements {
             delete_head: format!("DELETE FROM {t} WHERE id IN "),
             redeliver_delete: format!("DELETE FROM {t} WHERE id = ?"),
             release_head: format!("UPDATE {t} SET delivered_at = NULL WHERE id IN "),
+            keep_head: format!("UPDATE {t} SET delivered_at = NOW(3) WHERE delivered_at IS NOT NULL AND id IN "),
             next_due: format!(
                 "SELECT TIMESTAMPDIFF(MICROSECOND, NOW(3), MIN(available_at)) / 1000e0 AS wait_ms \
                  FROM {t} WHERE queue_name = ? \
@@ -249,20 +252,6 @@ impl Statements {
         }
         sql
     }
-}
-
-/// `(1, 2, 3)`: ids are integers parsed in Rust, so inlining them cannot inject anything,
-/// and the statement needs no per-size prepared form.
-fn id_list(ids: &[i64]) -> String {
-    let mut out = String::from("(");
-    for (i, id) in ids.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(&id.to_string());
-    }
-    out.push(')');
-    out
 }
 
 pub struct MySqlQueue {
@@ -385,11 +374,38 @@ fn stored(row: &MySqlRow) -> std::result::Result<StoredMessage, sqlx::Error> {
     })
 }
 
-impl SqlEngine for MySqlQueue {
+impl SqlWaits for MySqlQueue {
     fn capabilities(&self) -> Capabilities {
         Capabilities { push_wakeup: false }
     }
 
+    fn config(&self) -> &QueueConfig {
+        &self.config
+    }
+
+    fn wake_signal(&self) -> Arc<WakeSignal> {
+        self.wake.clone()
+    }
+
+    fn next_due_in_ms(&self) -> BoxFuture<'_, Result<Option<f64>>> {
+        Box::pin(async move {
+            let row = sqlx::query(&self.sql.next_due)
+                .bind(&self.config.queue)
+                .bind(self.config.redeliver_timeout_seconds)
+                .fetch_one(&self.shared.pool)
+                .await
+                .map_err(|e| self.err("claim", e))?;
+            row.try_get::<Option<f64>, _>("wait_ms")
+                .map_err(|e| self.err("claim", e))
+        })
+    }
+
+    fn push_ready(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async { false })
+    }
+}
+
+impl Engine for MySqlQueue {
     fn wake_signal(&self) -> Arc<WakeSignal> {
         self.wake.clone()
     }
@@ -448,8 +464,36 @@ impl SqlEngine for MySqlQueue {
         })
     }
 
-    fn delete(&self, ids: Vec<i64>) -> BoxFuture<'_, Result<()>> {
+    fn idle<'a>(
+        &'a self,
+        seen: u64,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<WaitOutcome>> {
+        Box::pin(idle_wait(self, seen, cancel))
+    }
+
+    fn keep_claimed(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
+            let ids = numeric_ids(&ids);
+            if ids.is_empty() {
+                return Ok(());
+            }
+            let sql = format!("{}{}", self.sql.keep_head, id_list(&ids));
+            sqlx::raw_sql(&sql)
+                .execute(&self.shared.pool)
+                .await
+                .map_err(|e| self.err("claim", e))?;
+            Ok(())
+        })
+    }
+
+    fn claim_lease(&self) -> Duration {
+        Duration::from_secs_f64(self.config.redeliver_timeout_seconds)
+    }
+
+    fn delete(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let ids = numeric_ids(&ids);
             let sql = format!("{}{}", self.sql.delete_head, id_list(&ids));
             with_transient_retry(classify, || sqlx::raw_sql(&sql).execute(&self.shared.pool))
                 .await
@@ -458,16 +502,20 @@ impl SqlEngine for MySqlQueue {
         })
     }
 
-    fn redeliver(&self, id: i64, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>> {
+    fn redeliver(&self, id: String, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>> {
         Box::pin(async move {
+            let Ok(id) = id.parse::<i64>() else {
+                return Ok(None);
+            };
             with_transient_retry(classify, || self.redeliver_once(id, &copy))
                 .await
                 .map_err(|e| self.err("reject", e))
         })
     }
 
-    fn release(&self, ids: Vec<i64>) -> BoxFuture<'_, Result<()>> {
+    fn release(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
+            let ids = numeric_ids(&ids);
             let sql = format!("{}{}", self.sql.release_head, id_list(&ids));
             sqlx::raw_sql(&sql)
                 .execute(&self.shared.pool)
@@ -475,23 +523,6 @@ impl SqlEngine for MySqlQueue {
                 .map_err(|e| self.err("release", e))?;
             Ok(())
         })
-    }
-
-    fn next_due_in_ms(&self) -> BoxFuture<'_, Result<Option<f64>>> {
-        Box::pin(async move {
-            let row = sqlx::query(&self.sql.next_due)
-                .bind(&self.config.queue)
-                .bind(self.config.redeliver_timeout_seconds)
-                .fetch_one(&self.shared.pool)
-                .await
-                .map_err(|e| self.err("claim", e))?;
-            row.try_get::<Option<f64>, _>("wait_ms")
-                .map_err(|e| self.err("claim", e))
-        })
-    }
-
-    fn push_ready(&self) -> BoxFuture<'_, bool> {
-        Box::pin(async { false })
     }
 
     fn list(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
@@ -510,8 +541,11 @@ impl SqlEngine for MySqlQueue {
         })
     }
 
-    fn find(&self, id: i64) -> BoxFuture<'_, Result<Option<StoredMessage>>> {
+    fn find(&self, id: String) -> BoxFuture<'_, Result<Option<StoredMessage>>> {
         Box::pin(async move {
+            let Ok(id) = id.parse::<i64>() else {
+                return Ok(None);
+            };
             self.ready("find").await?;
             let row = sqlx::query(&self.sql.find)
                 .bind(id)

@@ -4,18 +4,19 @@
 use super::pg_listener::PgNotifyListener;
 use super::shared::{FirstContact, Targets};
 use super::{
-    driver_error, no_answer, with_transient_retry, Capabilities, Failure, NewMessage, QueueConfig,
-    SqlEngine, StoredMessage,
+    driver_error, id_list, idle_wait, no_answer, numeric_ids, with_transient_retry, Capabilities,
+    Engine, Failure, NewMessage, QueueConfig, SqlWaits, StoredMessage,
 };
-use crate::dsn::{Engine, SqlDsn};
+use crate::dsn::{Dialect, SqlDsn};
 use crate::error::{Error, Result};
-use crate::wake::{WakeBoard, WakeSignal};
+use crate::wake::{WaitOutcome, WakeBoard, WakeSignal};
 use futures_util::future::BoxFuture;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{ConnectOptions, Connection, Row};
 use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// The connection target shared by every queue of the process on one DSN.
 struct PgShared {
@@ -77,7 +78,7 @@ impl PgShared {
                     }
                     Ok(Err(err)) => Err(self.error(op, &err)),
                     Err(_) => Err(no_answer(
-                        Engine::Postgres,
+                        Dialect::Postgres,
                         op,
                         self.connect_timeout,
                         &self.secrets,
@@ -99,7 +100,7 @@ impl PgShared {
             },
             other => other.to_string(),
         };
-        driver_error(Engine::Postgres, op, classify(err), &detail, &self.secrets)
+        driver_error(Dialect::Postgres, op, classify(err), &detail, &self.secrets)
     }
 }
 
@@ -136,6 +137,7 @@ struct Statements {
     delete: String,
     redeliver: String,
     release: String,
+    keep_head: String,
     next_due: String,
     list: String,
     find: String,
@@ -211,6 +213,7 @@ impl Statements {
                  ) {redeliver_tail}"
             ),
             release,
+            keep_head: format!("UPDATE {t} SET delivered_at = now() WHERE delivered_at IS NOT NULL AND id IN "),
             next_due: format!(
                 "SELECT (extract(epoch FROM (min(available_at) - now())) * 1000)::float8 AS wait_ms \
                  FROM {t} WHERE queue_name = $1 \
@@ -262,13 +265,42 @@ fn stored(row: &PgRow) -> std::result::Result<StoredMessage, sqlx::Error> {
     })
 }
 
-impl SqlEngine for PostgresQueue {
+impl SqlWaits for PostgresQueue {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             push_wakeup: self.config.use_notify,
         }
     }
 
+    fn config(&self) -> &QueueConfig {
+        &self.config
+    }
+
+    fn wake_signal(&self) -> Arc<WakeSignal> {
+        self.wake.clone()
+    }
+
+    fn next_due_in_ms(&self) -> BoxFuture<'_, Result<Option<f64>>> {
+        Box::pin(async move {
+            let row = sqlx::query(&self.sql.next_due)
+                .bind(&self.config.queue)
+                .bind(self.config.redeliver_timeout_seconds)
+                .fetch_one(&self.shared.pool)
+                .await
+                .map_err(|e| self.err("claim", e))?;
+            row.try_get::<Option<f64>, _>("wait_ms")
+                .map_err(|e| self.err("claim", e))
+        })
+    }
+
+    fn push_ready(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async move {
+            self.config.use_notify && self.shared.listener.is_listening(&self.config.table)
+        })
+    }
+}
+
+impl Engine for PostgresQueue {
     fn wake_signal(&self) -> Arc<WakeSignal> {
         self.wake.clone()
     }
@@ -351,8 +383,36 @@ impl SqlEngine for PostgresQueue {
         })
     }
 
-    fn delete(&self, ids: Vec<i64>) -> BoxFuture<'_, Result<()>> {
+    fn idle<'a>(
+        &'a self,
+        seen: u64,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<WaitOutcome>> {
+        Box::pin(idle_wait(self, seen, cancel))
+    }
+
+    fn keep_claimed(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
+            let ids = numeric_ids(&ids);
+            if ids.is_empty() {
+                return Ok(());
+            }
+            let sql = format!("{}{}", self.sql.keep_head, id_list(&ids));
+            sqlx::raw_sql(&sql)
+                .execute(&self.shared.pool)
+                .await
+                .map_err(|e| self.err("claim", e))?;
+            Ok(())
+        })
+    }
+
+    fn claim_lease(&self) -> Duration {
+        Duration::from_secs_f64(self.config.redeliver_timeout_seconds)
+    }
+
+    fn delete(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let ids = numeric_ids(&ids);
             with_transient_retry(classify, || {
                 sqlx::query(&self.sql.delete)
                     .bind(&ids)
@@ -364,8 +424,11 @@ impl SqlEngine for PostgresQueue {
         })
     }
 
-    fn redeliver(&self, id: i64, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>> {
+    fn redeliver(&self, id: String, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>> {
         Box::pin(async move {
+            let Ok(id) = id.parse::<i64>() else {
+                return Ok(None);
+            };
             let row = with_transient_retry(classify, || {
                 sqlx::query(&self.sql.redeliver)
                     .bind(id)
@@ -383,8 +446,9 @@ impl SqlEngine for PostgresQueue {
         })
     }
 
-    fn release(&self, ids: Vec<i64>) -> BoxFuture<'_, Result<()>> {
+    fn release(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
+            let ids = numeric_ids(&ids);
             sqlx::query(&self.sql.release)
                 .bind(&ids)
                 .bind(&self.config.table)
@@ -392,25 +456,6 @@ impl SqlEngine for PostgresQueue {
                 .await
                 .map_err(|e| self.err("release", e))?;
             Ok(())
-        })
-    }
-
-    fn next_due_in_ms(&self) -> BoxFuture<'_, Result<Option<f64>>> {
-        Box::pin(async move {
-            let row = sqlx::query(&self.sql.next_due)
-                .bind(&self.config.queue)
-                .bind(self.config.redeliver_timeout_seconds)
-                .fetch_one(&self.shared.pool)
-                .await
-                .map_err(|e| self.err("claim", e))?;
-            row.try_get::<Option<f64>, _>("wait_ms")
-                .map_err(|e| self.err("claim", e))
-        })
-    }
-
-    fn push_ready(&self) -> BoxFuture<'_, bool> {
-        Box::pin(async move {
-            self.config.use_notify && self.shared.listener.is_listening(&self.config.table)
         })
     }
 
@@ -430,8 +475,11 @@ impl SqlEngine for PostgresQueue {
         })
     }
 
-    fn find(&self, id: i64) -> BoxFuture<'_, Result<Option<StoredMessage>>> {
+    fn find(&self, id: String) -> BoxFuture<'_, Result<Option<StoredMessage>>> {
         Box::pin(async move {
+            let Ok(id) = id.parse::<i64>() else {
+                return Ok(None);
+            };
             self.ready("find").await?;
             let row = sqlx::query(&self.sql.find)
                 .bind(id)

@@ -6,12 +6,12 @@
 
 use super::shared::Targets;
 use super::{
-    driver_error, with_transient_retry, Capabilities, Failure, NewMessage, QueueConfig, SqlEngine,
-    StoredMessage,
+    driver_error, id_list, idle_wait, numeric_ids, with_transient_retry, Capabilities, Engine,
+    Failure, NewMessage, QueueConfig, SqlWaits, StoredMessage,
 };
-use crate::dsn::{Engine, SqlDsn};
+use crate::dsn::{Dialect, SqlDsn};
 use crate::error::{Error, Result};
-use crate::wake::{WakeBoard, WakeSignal};
+use crate::wake::{WaitOutcome, WakeBoard, WakeSignal};
 use futures_util::future::BoxFuture;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
@@ -21,6 +21,7 @@ use sqlx::{ConnectOptions, Row};
 use std::path::PathBuf;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// Where a `sqlite:` DSN points.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,6 +147,7 @@ struct Statements {
     delete_head: String,
     redeliver_delete: String,
     release_head: String,
+    keep_head: String,
     next_due: String,
     list: String,
     find: String,
@@ -176,6 +178,7 @@ impl Statements {
             delete_head: format!("DELETE FROM {t} WHERE id IN "),
             redeliver_delete: format!("DELETE FROM {t} WHERE id = ?1"),
             release_head: format!("UPDATE {t} SET delivered_at = NULL WHERE id IN "),
+            keep_head: format!("UPDATE {t} SET delivered_at = {NOW} WHERE delivered_at IS NOT NULL AND id IN "),
             next_due: format!(
                 "SELECT (julianday(MIN(available_at)) - julianday('now')) * 86400000.0 AS wait_ms \
                  FROM {t} WHERE queue_name = ?1 AND (delivered_at IS NULL OR delivered_at < {expired})"
@@ -187,11 +190,6 @@ impl Statements {
             count: format!("SELECT COUNT(*) AS count FROM {t} WHERE {claimable}"),
         }
     }
-}
-
-fn id_list(ids: &[i64]) -> String {
-    let joined: Vec<String> = ids.iter().map(i64::to_string).collect();
-    format!("({})", joined.join(","))
 }
 
 pub struct SqliteQueue {
@@ -263,7 +261,7 @@ impl SqliteQueue {
             },
             other => other.to_string(),
         };
-        driver_error(Engine::Sqlite, op, classify(&e), &detail, &self.secrets)
+        driver_error(Dialect::Sqlite, op, classify(&e), &detail, &self.secrets)
     }
 }
 
@@ -275,11 +273,38 @@ fn stored(row: &SqliteRow) -> std::result::Result<StoredMessage, sqlx::Error> {
     })
 }
 
-impl SqlEngine for SqliteQueue {
+impl SqlWaits for SqliteQueue {
     fn capabilities(&self) -> Capabilities {
         Capabilities { push_wakeup: false }
     }
 
+    fn config(&self) -> &QueueConfig {
+        &self.config
+    }
+
+    fn wake_signal(&self) -> Arc<WakeSignal> {
+        self.wake.clone()
+    }
+
+    fn next_due_in_ms(&self) -> BoxFuture<'_, Result<Option<f64>>> {
+        Box::pin(async move {
+            let row = sqlx::query(&self.sql.next_due)
+                .bind(&self.config.queue)
+                .bind(self.config.redeliver_timeout_seconds)
+                .fetch_one(&self.shared.pool)
+                .await
+                .map_err(|e| self.err("claim", e))?;
+            row.try_get::<Option<f64>, _>("wait_ms")
+                .map_err(|e| self.err("claim", e))
+        })
+    }
+
+    fn push_ready(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async { false })
+    }
+}
+
+impl Engine for SqliteQueue {
     fn wake_signal(&self) -> Arc<WakeSignal> {
         self.wake.clone()
     }
@@ -340,8 +365,36 @@ impl SqlEngine for SqliteQueue {
         })
     }
 
-    fn delete(&self, ids: Vec<i64>) -> BoxFuture<'_, Result<()>> {
+    fn idle<'a>(
+        &'a self,
+        seen: u64,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<WaitOutcome>> {
+        Box::pin(idle_wait(self, seen, cancel))
+    }
+
+    fn keep_claimed(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
+            let ids = numeric_ids(&ids);
+            if ids.is_empty() {
+                return Ok(());
+            }
+            let sql = format!("{}{}", self.sql.keep_head, id_list(&ids));
+            sqlx::raw_sql(&sql)
+                .execute(&self.shared.pool)
+                .await
+                .map_err(|e| self.err("claim", e))?;
+            Ok(())
+        })
+    }
+
+    fn claim_lease(&self) -> Duration {
+        Duration::from_secs_f64(self.config.redeliver_timeout_seconds)
+    }
+
+    fn delete(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let ids = numeric_ids(&ids);
             let sql = format!("{}{}", self.sql.delete_head, id_list(&ids));
             with_transient_retry(classify, || sqlx::raw_sql(&sql).execute(&self.shared.pool))
                 .await
@@ -350,39 +403,26 @@ impl SqlEngine for SqliteQueue {
         })
     }
 
-    fn redeliver(&self, id: i64, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>> {
+    fn redeliver(&self, id: String, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>> {
         Box::pin(async move {
+            let Ok(id) = id.parse::<i64>() else {
+                return Ok(None);
+            };
             with_transient_retry(classify, || self.redeliver_once(id, &copy))
                 .await
                 .map_err(|e| self.err("reject", e))
         })
     }
 
-    fn release(&self, ids: Vec<i64>) -> BoxFuture<'_, Result<()>> {
+    fn release(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
+            let ids = numeric_ids(&ids);
             let sql = format!("{}{}", self.sql.release_head, id_list(&ids));
             with_transient_retry(classify, || sqlx::raw_sql(&sql).execute(&self.shared.pool))
                 .await
                 .map_err(|e| self.err("release", e))?;
             Ok(())
         })
-    }
-
-    fn next_due_in_ms(&self) -> BoxFuture<'_, Result<Option<f64>>> {
-        Box::pin(async move {
-            let row = sqlx::query(&self.sql.next_due)
-                .bind(&self.config.queue)
-                .bind(self.config.redeliver_timeout_seconds)
-                .fetch_one(&self.shared.pool)
-                .await
-                .map_err(|e| self.err("claim", e))?;
-            row.try_get::<Option<f64>, _>("wait_ms")
-                .map_err(|e| self.err("claim", e))
-        })
-    }
-
-    fn push_ready(&self) -> BoxFuture<'_, bool> {
-        Box::pin(async { false })
     }
 
     fn list(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
@@ -400,8 +440,11 @@ impl SqlEngine for SqliteQueue {
         })
     }
 
-    fn find(&self, id: i64) -> BoxFuture<'_, Result<Option<StoredMessage>>> {
+    fn find(&self, id: String) -> BoxFuture<'_, Result<Option<StoredMessage>>> {
         Box::pin(async move {
+            let Ok(id) = id.parse::<i64>() else {
+                return Ok(None);
+            };
             let row = sqlx::query(&self.sql.find)
                 .bind(id)
                 .fetch_optional(&self.shared.pool)

@@ -1,0 +1,62 @@
+//! The contract between the engine-independent queue (`crate::queue`) and a storage engine
+//! (the SQL engines in `crate::sql`, Redis Streams in `crate::redis`). Ids are strings: decimal
+//! row ids for SQL, `<ms>-<seq>` entry ids for streams.
+
+use crate::error::Result;
+use crate::wake::{WaitOutcome, WakeSignal};
+use futures_util::future::BoxFuture;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// A stored message as an engine hands it out: its id, and body and headers exactly as
+/// stored (the serializer in JavaScript decodes them; nothing is re-parsed here).
+#[derive(Debug, Clone)]
+pub struct StoredMessage {
+    pub id: String,
+    pub body: String,
+    pub headers: String,
+}
+
+/// A message to store: `delay_ms` is added to the storage's own clock.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub body: String,
+    pub headers: String,
+    pub delay_ms: f64,
+}
+
+/// Everything a queue needs from storage, for one queue (table + queue name, or stream).
+pub trait Engine: Send + Sync {
+    /// The in-process wake signal of this queue (local sends bump it).
+    fn wake_signal(&self) -> Arc<WakeSignal>;
+    /// Creates what the queue needs (table and index, consumer group) if missing.
+    fn setup(&self) -> BoxFuture<'_, Result<()>>;
+    /// Stores a batch; returns the new ids in input order.
+    fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>>;
+    /// Claims up to `limit` due messages, oldest first, without waiting.
+    fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>>;
+    /// Waits while nothing is claimable: until woken, something may be due, or `cancel`.
+    /// `seen` is the wake signal's value read before the claim that came back empty.
+    fn idle<'a>(
+        &'a self,
+        seen: u64,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<WaitOutcome>>;
+    /// Removes messages by id (ack, discard); unknown ids are ignored.
+    fn delete(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>>;
+    /// Atomically replaces message `id` by `copy`; `None` if `id` was gone.
+    fn redeliver(&self, id: String, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>>;
+    /// Makes claimed-but-unhandled messages claimable by anyone at once.
+    fn release(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>>;
+    /// Renews the claim on messages still waiting in this process's buffer, so that a slow
+    /// handler ahead of them does not let them be taken over as abandoned.
+    fn keep_claimed(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>>;
+    /// How long a claim lasts before other consumers may take the message over.
+    fn claim_lease(&self) -> Duration;
+    fn list(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>>;
+    fn find(&self, id: String) -> BoxFuture<'_, Result<Option<StoredMessage>>>;
+    fn count(&self) -> BoxFuture<'_, Result<i64>>;
+    /// Lets go of this queue's share of the connections; the last one out closes them.
+    fn shutdown(&self) -> BoxFuture<'_, ()>;
+}
