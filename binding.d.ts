@@ -9,10 +9,15 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
-/** One queue of one table, bound to the process-wide pool of its DSN. */
-export declare class NativeSqlQueue {
-  /** Validates options and binds to the shared pool; opens no connection. */
-  constructor(options: SqlQueueOptions)
+/** One queue (a table's queue, or a stream), bound to the process-wide connections of its DSN. */
+export declare class NativeQueue {
+  /** A SQL queue: validates options and binds to the shared pool; opens no connection. */
+  static sql(options: SqlQueueOptions): NativeQueue
+  /**
+   * A Redis Streams queue: validates options and prepares the connection target;
+   * opens no connection.
+   */
+  static redis(options: RedisQueueOptions): NativeQueue
   /** Creates the table and index if missing (always runs; refreshes the autoSetup memo). */
   setup(): Promise<void>
   /**
@@ -51,6 +56,22 @@ export interface NativeMessage {
   id: string
   body: string
   headers: string
+}
+
+/** Options of a native Redis Streams queue, already defaulted by the JavaScript wrapper. */
+export interface RedisQueueOptions {
+  dsn: string
+  stream: string
+  group: string
+  consumer: string
+  delayKey: string
+  claimIdleMs: number
+  pollIntervalMs: number
+  readBatchSize: number
+  cluster: boolean
+  /** PEM certificate(s) to trust for `rediss://`, instead of the system's roots. */
+  tlsCa?: string
+  connectTimeoutMs: number
 }
 
 /** Which engine a DSN names (`postgres`, `mysql` or `sqlite`); throws for a bad DSN. */

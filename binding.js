@@ -835,5 +835,5 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
-module.exports.NativeSqlQueue = nativeBinding.NativeSqlQueue
+module.exports.NativeQueue = nativeBinding.NativeQueue
 module.exports.sqlEngineOf = nativeBinding.sqlEngineOf

@@ -6,5 +6,6 @@
  */
 
 const { SqlTransport } = require('./lib/sql-transport');
+const { RedisStreamsTransport } = require('./lib/redis-streams-transport');
 
-module.exports = { SqlTransport };
+module.exports = { SqlTransport, RedisStreamsTransport };

@@ -88,6 +88,49 @@ pub fn parse_sql_dsn(dsn: &str) -> Result<SqlDsn> {
     })
 }
 
+/// A parsed Redis DSN (`redis://[user:password@]host[:port][/db]`, `rediss://` for TLS).
+#[derive(Debug, Clone)]
+pub struct RedisDsn {
+    pub url: String,
+    pub tls: bool,
+    pub redacted: String,
+    pub secrets: Vec<String>,
+}
+
+/// Parses a Redis DSN. Errors are connection errors, as upstream raises for a bad DSN.
+pub fn parse_redis_dsn(dsn: &str) -> Result<RedisDsn> {
+    let secrets = secrets_of(dsn);
+    let redacted = redact_dsn(dsn);
+    let url = url::Url::parse(dsn)
+        .map_err(|_| Error::connection(format!("Invalid Redis DSN: \"{redacted}\".")))?;
+    let tls = match url.scheme() {
+        "redis" => false,
+        "rediss" => true,
+        other => {
+            return Err(Error::connection(format!(
+                "Unsupported Redis DSN scheme \"{other}:\" in \"{redacted}\". Use redis:// or rediss://."
+            )))
+        }
+    };
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(Error::connection(format!(
+            "Invalid Redis DSN: \"{redacted}\" has no host."
+        )));
+    }
+    let db = url.path().trim_start_matches('/');
+    if !db.is_empty() && db.parse::<u32>().is_err() {
+        return Err(Error::connection(format!(
+            "Invalid Redis DSN: \"{redacted}\": the path must be a database number."
+        )));
+    }
+    Ok(RedisDsn {
+        url: dsn.to_owned(),
+        tls,
+        redacted,
+        secrets,
+    })
+}
+
 /// The `user:password@` part's password, if any, as written and percent-decoded.
 fn secrets_of(dsn: &str) -> Vec<String> {
     let mut secrets = Vec::new();
@@ -215,5 +258,28 @@ mod tests {
         let dsn = parse_sql_dsn("postgres://u:a@b@host/db").unwrap();
         assert_eq!(dsn.redacted, "postgres://u:***@host/db");
         assert!(dsn.secrets.contains(&"a@b".to_owned()));
+    }
+    #[test]
+    fn redis_dsns() {
+        let plain = parse_redis_dsn("redis://localhost:6379").unwrap();
+        assert!(!plain.tls);
+        let full = parse_redis_dsn("redis://user:pa55@host:6390/2").unwrap();
+        assert_eq!(full.redacted, "redis://user:***@host:6390/2");
+        assert!(full.secrets.contains(&"pa55".to_owned()));
+        assert!(parse_redis_dsn("rediss://secure:6379").unwrap().tls);
+        for bad in [
+            "not a url",
+            "http://localhost:6379",
+            "redis://:pw@/0",
+            "redis://h/notadb",
+        ] {
+            let err = parse_redis_dsn(bad).unwrap_err();
+            assert_eq!(err.kind, crate::error::ErrorKind::Connection, "{bad}");
+            assert!(!err.message.contains("pw@"), "{}", err.message);
+        }
+        assert!(parse_redis_dsn("http://x")
+            .unwrap_err()
+            .message
+            .contains("redis:// or rediss://"));
     }
 }

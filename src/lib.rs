@@ -12,6 +12,7 @@ pub mod engine;
 pub mod error;
 pub mod ident;
 pub mod queue;
+pub mod redis;
 pub mod sql;
 pub mod wake;
 
@@ -20,11 +21,12 @@ pub mod wake;
 #[cfg(not(test))]
 mod exports {
     use super::*;
+    use engine::{NewMessage, StoredMessage};
     use error::Error;
     use napi::bindgen_prelude::{within_runtime_if_available, PromiseRaw};
     use napi::Env;
     use queue::Queue;
-    use sql::{NewMessage, QueueConfig, StoredMessage};
+    use sql::QueueConfig;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -39,6 +41,23 @@ mod exports {
         pub use_notify: bool,
         pub get_notify_timeout_ms: f64,
         pub auto_setup: bool,
+        pub connect_timeout_ms: f64,
+    }
+
+    /// Options of a native Redis Streams queue, already defaulted by the JavaScript wrapper.
+    #[napi(object)]
+    pub struct RedisQueueOptions {
+        pub dsn: String,
+        pub stream: String,
+        pub group: String,
+        pub consumer: String,
+        pub delay_key: String,
+        pub claim_idle_ms: f64,
+        pub poll_interval_ms: f64,
+        pub read_batch_size: u32,
+        pub cluster: bool,
+        /// PEM certificate(s) to trust for `rediss://`, instead of the system's roots.
+        pub tls_ca: Option<String>,
         pub connect_timeout_ms: f64,
     }
 
@@ -82,17 +101,17 @@ mod exports {
         }
     }
 
-    /// One queue of one table, bound to the process-wide pool of its DSN.
+    /// One queue (a table's queue, or a stream), bound to the process-wide connections of its DSN.
     #[napi]
-    pub struct NativeSqlQueue {
+    pub struct NativeQueue {
         queue: Arc<Queue>,
     }
 
     #[napi]
-    impl NativeSqlQueue {
-        /// Validates options and binds to the shared pool; opens no connection.
-        #[napi(constructor, catch_unwind)]
-        pub fn new(options: SqlQueueOptions) -> napi::Result<Self> {
+    impl NativeQueue {
+        /// A SQL queue: validates options and binds to the shared pool; opens no connection.
+        #[napi(factory, catch_unwind)]
+        pub fn sql(options: SqlQueueOptions) -> napi::Result<Self> {
             let dsn = dsn::parse_sql_dsn(&options.dsn)?;
             ident::validate_table_name(&options.table_name)?;
             ident::validate_queue_name(&options.queue_name)?;
@@ -117,7 +136,51 @@ mod exports {
                 sql::open_engine(&dsn, config)
             })?;
             Ok(Self {
-                queue: Arc::new(Queue::new(engine, options.auto_setup)),
+                queue: Arc::new(Queue::new(
+                    engine,
+                    options.auto_setup,
+                    queue::FIRST_CLAIM_BATCH,
+                )),
+            })
+        }
+
+        /// A Redis Streams queue: validates options and prepares the connection target;
+        /// opens no connection.
+        #[napi(factory, catch_unwind)]
+        pub fn redis(options: RedisQueueOptions) -> napi::Result<Self> {
+            let dsn = dsn::parse_redis_dsn(&options.dsn)?;
+            for (name, value) in [
+                ("stream", &options.stream),
+                ("group", &options.group),
+                ("consumer", &options.consumer),
+                ("delayKey", &options.delay_key),
+            ] {
+                if value.is_empty() {
+                    return Err(Error::invalid_argument(format!(
+                        "{name} must be a non-empty string."
+                    ))
+                    .into());
+                }
+            }
+            let config = redis::StreamConfig {
+                stream: options.stream,
+                group: options.group,
+                consumer: options.consumer,
+                delay_key: options.delay_key,
+                claim_idle: millis(options.claim_idle_ms, "claimIdleMs")?,
+                poll_interval: millis(options.poll_interval_ms, "pollIntervalMs")?,
+                connect: redis::connection::ConnectOptions {
+                    cluster: options.cluster,
+                    tls_ca: options.tls_ca.map(|ca| ca.into_bytes()),
+                    connect_timeout: millis(options.connect_timeout_ms, "connectTimeoutMs")?,
+                },
+            };
+            let first_batch = options.read_batch_size.clamp(1, queue::MAX_CLAIM_BATCH);
+            let engine: Arc<dyn engine::Engine> = within_runtime_if_available(|| {
+                redis::RedisQueue::open(&dsn, config).map(Arc::new)
+            })?;
+            Ok(Self {
+                queue: Arc::new(Queue::new(engine, true, first_batch)),
             })
         }
 

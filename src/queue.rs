@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Largest claim; also bounds how many rows one consumer can hold before handling them.
 pub const MAX_CLAIM_BATCH: u32 = 256;
-const FIRST_CLAIM_BATCH: u32 = 16;
+/// The first claim's size, before the consumer's pace is known.
+pub const FIRST_CLAIM_BATCH: u32 = 16;
 /// A claim aims to hold about this much of the consumer's work (see `next_batch_size`).
 const CLAIM_WINDOW: Duration = Duration::from_millis(100);
 /// Claims are renewed at a third of their lease, but not more often than this.
@@ -94,7 +95,7 @@ impl SetupGate {
 }
 
 impl Queue {
-    pub fn new(engine: Arc<dyn Engine>, auto_setup: bool) -> Self {
+    pub fn new(engine: Arc<dyn Engine>, auto_setup: bool, first_batch: u32) -> Self {
         let setup = Arc::new(SetupGate {
             engine: engine.clone(),
             auto: auto_setup,
@@ -129,7 +130,7 @@ impl Queue {
             buffer: Arc::default(),
             keeper: std::sync::OnceLock::new(),
             claim_lock: tokio::sync::Mutex::new(()),
-            batch_size: AtomicU32::new(FIRST_CLAIM_BATCH),
+            batch_size: AtomicU32::new(first_batch.clamp(1, MAX_CLAIM_BATCH)),
             closing: CancellationToken::new(),
             waiters: Mutex::default(),
         }
@@ -138,7 +139,7 @@ impl Queue {
     fn guard_open(&self, what: &str) -> Result<()> {
         if self.closing.is_cancelled() {
             Err(Error::closed(format!(
-                "Cannot {what} on a SQL transport that is closing or closed."
+                "Cannot {what} on a transport that is closing or closed."
             )))
         } else {
             Ok(())

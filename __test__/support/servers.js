@@ -6,21 +6,24 @@ const crypto = require('node:crypto');
 /** DSNs of the servers the tests run against (override with the environment). */
 const POSTGRES_DSN = process.env.POSTGRES_DSN ?? 'postgres://postgres@127.0.0.1:5432/test';
 const MYSQL_DSN = process.env.MYSQL_DSN ?? 'mysql://root@127.0.0.1:3306/test';
+const REDIS_DSN = process.env.REDIS_DSN ?? 'redis://127.0.0.1:6379';
 
 const START_HINTS = {
   postgres:
     'Start PostgreSQL with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start',
   mysql: 'Start MariaDB with: start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd',
+  redis:
+    'Start Redis with: redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log',
 };
 
 /**
  * Fails with a message that says how to start the server when its port is closed.
- * @param {'postgres' | 'mysql'} server
+ * @param {'postgres' | 'mysql' | 'redis'} server
  * @param {string} dsn
  */
 async function requireServer(server, dsn) {
   const url = new URL(dsn);
-  const port = Number(url.port || { postgres: 5432, mysql: 3306 }[server]);
+  const port = Number(url.port || { postgres: 5432, mysql: 3306, redis: 6379 }[server]);
   const host = url.hostname || '127.0.0.1';
   await new Promise((resolve, reject) => {
     const socket = net.connect({ host, port });
@@ -52,4 +55,4 @@ function temporarySqliteDsn(prefix = 'nmn') {
   return `sqlite://${path.join(dir, 'queue.db')}`;
 }
 
-module.exports = { POSTGRES_DSN, MYSQL_DSN, requireServer, uniqueName, temporarySqliteDsn };
+module.exports = { POSTGRES_DSN, MYSQL_DSN, REDIS_DSN, requireServer, uniqueName, temporarySqliteDsn };

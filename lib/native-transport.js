@@ -1,0 +1,178 @@
+'use strict';
+
+const {
+  ReceivedStamp,
+  RedeliveryStamp,
+  TransportError,
+  TransportMessageIdStamp,
+} = require('@schally/nestjs-messenger');
+const { native } = require('./errors');
+const { SettleTracker } = require('./settle-tracker');
+const { encodeEnvelope, decodeStored } = require('./envelope-codec');
+
+const DEFAULT_LIST_LIMIT = 100;
+
+/**
+ * What every native transport does in JavaScript: encode and decode through the app's
+ * serializer, stamp envelopes with the app's own stamp classes, keep the ADR-007 settle state,
+ * and drive the native queue (batched claims taken with a sync call, coalesced writes).
+ * Engine-specific subclasses build the native queue and name themselves in messages.
+ */
+class NativeTransport {
+  #queue;
+  #serializer;
+  #name;
+  #label;
+  #settles = new SettleTracker();
+  #closing = false;
+  #closed = undefined;
+  #activeLoops = 0;
+  #nextWaitId = 1;
+
+  /**
+   * @param {object} queue the native queue (binding's NativeQueue)
+   * @param {{ serializer: import('@schally/nestjs-messenger').Serializer, name: string, label: string }} identity
+   */
+  constructor(queue, { serializer, name, label }) {
+    this.#queue = queue;
+    this.#serializer = serializer;
+    this.#name = name;
+    this.#label = label;
+  }
+
+  /** Creates what the queue needs if missing (table and index, consumer group); always runs. */
+  async setup() {
+    await this.#settles.track(native(this.#queue.setup()));
+  }
+
+  /** @param {import('@schally/nestjs-messenger').Envelope} envelope */
+  async send(envelope) {
+    if (this.#closing) {
+      throw new TransportError(`Cannot send on a ${this.#label} transport that is closing or closed.`);
+    }
+    const { body, headers, delayMs } = encodeEnvelope(this.#serializer, envelope);
+    const id = await this.#settles.track(native(this.#queue.send(body, headers, delayMs)));
+    return envelope.with(new TransportMessageIdStamp(id));
+  }
+
+  /**
+   * Yields due messages until `signal` aborts or the transport closes; then returns.
+   * @param {AbortSignal} [signal]
+   */
+  async *get(signal) {
+    if (signal?.aborted || this.#closing) return;
+    const waitId = this.#nextWaitId++;
+    const onAbort = () => this.#queue.cancelWait(waitId);
+    signal?.addEventListener('abort', onAbort, { once: true });
+    this.#activeLoops += 1;
+    try {
+      while (!signal?.aborted && !this.#closing) {
+        const stored = this.#queue.take();
+        if (stored === null) {
+          await native(this.#queue.fill(waitId));
+          continue;
+        }
+        const envelope = decodeStored(this.#serializer, stored);
+        if (envelope === undefined) {
+          // Poison (undecodable or unregistered type): removed, as upstream does, so it
+          // cannot loop; get() goes on.
+          await this.#settles.track(native(this.#queue.ack(stored.id)));
+          continue;
+        }
+        this.#settles.deliver(stored.id);
+        yield envelope.with(new ReceivedStamp(this.#name), new TransportMessageIdStamp(stored.id));
+      }
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+      this.#queue.forgetWait(waitId);
+      this.#activeLoops -= 1;
+      if (this.#activeLoops === 0) {
+        // Nobody is left to take what was prefetched: make it claimable again before get()
+        // is done. If that fails (server gone), the rows come back after
+        // redeliverTimeoutSeconds like any unsettled claim; get() still ends normally.
+        await this.#settles.track(native(this.#queue.releasePrefetched())).catch(() => {});
+      }
+    }
+  }
+
+  /** @param {import('@schally/nestjs-messenger').Envelope} envelope */
+  async ack(envelope) {
+    const id = messageIdOf(envelope);
+    this.#settles.settle(id);
+    // Ungated and idempotent: deleting a missing row is a no-op (ADR-007); this is also what
+    // makes acking a find() result delete it.
+    await this.#settles.track(native(this.#queue.ack(id)));
+  }
+
+  /** @param {import('@schally/nestjs-messenger').Envelope} envelope */
+  async reject(envelope) {
+    const id = messageIdOf(envelope);
+    // At most once per delivery, and never for an envelope this instance did not deliver.
+    if (!this.#settles.isInFlight(id)) return;
+    let copy;
+    try {
+      const previous = envelope.last(RedeliveryStamp)?.retryCount ?? 0;
+      copy = encodeEnvelope(
+        this.#serializer,
+        envelope.withoutAll(RedeliveryStamp).with(new RedeliveryStamp(previous + 1)),
+      );
+    } catch (error) {
+      this.#settles.settle(id);
+      throw error;
+    }
+    // Tracked before the in-flight entry goes, in the same tick, so close() never sees half
+    // a settle.
+    const redelivered = this.#settles.track(
+      native(this.#queue.redeliver(id, copy.body, copy.headers, copy.delayMs)),
+    );
+    this.#settles.settle(id);
+    await redelivered;
+  }
+
+  /** @param {number} [limit] */
+  async *list(limit = DEFAULT_LIST_LIMIT) {
+    const rows = await this.#settles.track(native(this.#queue.list(limit)));
+    for (const stored of rows) {
+      const envelope = decodeStored(this.#serializer, stored);
+      if (envelope !== undefined) yield envelope.with(new TransportMessageIdStamp(stored.id));
+    }
+  }
+
+  /** @param {string} id */
+  async find(id) {
+    const stored = await this.#settles.track(native(this.#queue.find(String(id))));
+    if (stored === null) return undefined;
+    return decodeStored(this.#serializer, stored)?.with(new TransportMessageIdStamp(stored.id));
+  }
+
+  /** Due messages not in flight, as upstream counts them. */
+  async getMessageCount() {
+    return this.#settles.track(native(this.#queue.count()));
+  }
+
+  /**
+   * Refuses new sends and claims, waits for in-flight settles, gives back prefetched rows,
+   * then releases connections. Idempotent.
+   */
+  close() {
+    this.#closed ??= this.#close();
+    return this.#closed;
+  }
+
+  async #close() {
+    this.#closing = true;
+    this.#queue.beginClose();
+    await this.#settles.drained();
+    await native(this.#queue.close());
+  }
+}
+
+function messageIdOf(envelope) {
+  const stamp = envelope.last(TransportMessageIdStamp);
+  if (stamp === undefined) {
+    throw new TransportError('Cannot ack or reject an envelope without a TransportMessageIdStamp.');
+  }
+  return String(stamp.id);
+}
+
+module.exports = { NativeTransport };

@@ -1,0 +1,68 @@
+'use strict';
+
+const { randomUUID } = require('node:crypto');
+const { InvalidArgumentError, JsonSerializer } = require('@schally/nestjs-messenger');
+
+/** Defaults, identical to `@schally/nestjs-messenger-transport-redis`'s. */
+const DEFAULTS = Object.freeze({
+  group: 'messenger',
+  claimIdleMs: 30000,
+  pollIntervalMs: 50,
+  readBatchSize: 10,
+  connectTimeoutMs: 5000,
+});
+
+function nonNegativeNumber(options, key) {
+  const value = options[key] ?? DEFAULTS[key];
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
+    throw new InvalidArgumentError(`Invalid ${key} ${String(value)}: expected a finite number >= 0.`);
+  }
+  return value;
+}
+
+function nonEmptyString(value, key) {
+  if (typeof value !== 'string' || value.length === 0) {
+    throw new InvalidArgumentError(`Invalid ${key} ${JSON.stringify(value)}: expected a non-empty string.`);
+  }
+  return value;
+}
+
+/** PEM text of `redisOptions.tls.ca` (string, Buffer, or an array of them), if given. */
+function caOf(redisOptions) {
+  const ca = redisOptions?.tls?.ca;
+  if (ca === undefined || ca === null) return undefined;
+  const parts = Array.isArray(ca) ? ca : [ca];
+  return parts.map((part) => (Buffer.isBuffer(part) ? part.toString('utf8') : String(part))).join('\n');
+}
+
+/**
+ * Validates `RedisStreamsTransport` options and fills in defaults.
+ * @param {import('../index').RedisStreamsTransportOptions} options
+ */
+function resolveRedisOptions(options) {
+  if (options === null || typeof options !== 'object') {
+    throw new InvalidArgumentError('RedisStreamsTransport options must be an object with a dsn and a stream.');
+  }
+  const stream = nonEmptyString(options.stream, 'stream');
+  const readBatchSize = options.readBatchSize ?? DEFAULTS.readBatchSize;
+  if (!Number.isInteger(readBatchSize) || readBatchSize < 1) {
+    throw new InvalidArgumentError(`Invalid readBatchSize ${String(readBatchSize)}: expected a positive integer.`);
+  }
+  return {
+    dsn: typeof options.dsn === 'string' ? options.dsn : '',
+    stream,
+    name: options.name ?? stream,
+    group: nonEmptyString(options.group ?? DEFAULTS.group, 'group'),
+    consumer: nonEmptyString(options.consumer ?? `${process.pid}-${randomUUID()}`, 'consumer'),
+    delayKey: nonEmptyString(options.delayKey ?? `${stream}:delayed`, 'delayKey'),
+    serializer: options.serializer ?? new JsonSerializer(),
+    claimIdleMs: nonNegativeNumber(options, 'claimIdleMs'),
+    pollIntervalMs: nonNegativeNumber(options, 'pollIntervalMs'),
+    readBatchSize,
+    cluster: options.cluster === true,
+    tlsCa: caOf(options.redisOptions),
+    connectTimeoutMs: nonNegativeNumber(options, 'connectTimeoutMs'),
+  };
+}
+
+module.exports = { resolveRedisOptions, DEFAULTS };

@@ -1,0 +1,36 @@
+'use strict';
+
+const { NativeQueue } = require('./native');
+const { nativeSync } = require('./errors');
+const { resolveRedisOptions } = require('./redis-options');
+const { NativeTransport } = require('./native-transport');
+
+/**
+ * Drop-in for `@schally/nestjs-messenger-transport-redis`'s `RedisStreamsTransport`: the same
+ * stream, consumer group, entry fields and delayed zset, with blocking reads, batched acks
+ * and atomic delayed promotion in Rust.
+ */
+class RedisStreamsTransport extends NativeTransport {
+  /** @param {import('../index').RedisStreamsTransportOptions} options */
+  constructor(options) {
+    const o = resolveRedisOptions(options);
+    const queue = nativeSync(() =>
+      NativeQueue.redis({
+        dsn: o.dsn,
+        stream: o.stream,
+        group: o.group,
+        consumer: o.consumer,
+        delayKey: o.delayKey,
+        claimIdleMs: o.claimIdleMs,
+        pollIntervalMs: o.pollIntervalMs,
+        readBatchSize: o.readBatchSize,
+        cluster: o.cluster,
+        tlsCa: o.tlsCa,
+        connectTimeoutMs: o.connectTimeoutMs,
+      }),
+    );
+    super(queue, { serializer: o.serializer, name: o.name, label: 'Redis' });
+  }
+}
+
+module.exports = { RedisStreamsTransport };

@@ -1,0 +1,889 @@
+//! Redis Streams: the upstream stream layout (entries with `body` and `headers`, a consumer
+//! group, a delayed zset of `{"nonce","body","headers"}` members scored in epoch ms), with
+//! reads and acks batched, blocking reads on a connection of their own, delayed messages
+//! promoted atomically on Redis's clock, and stalled entries reclaimed periodically.
+
+pub mod connection;
+pub mod slot;
+
+use crate::dsn::RedisDsn;
+use crate::engine::{Engine, NewMessage, StoredMessage};
+use crate::error::{Error, ErrorKind, Result};
+use crate::sql::shared::Targets;
+use crate::wake::{WaitOutcome, WakeBoard, WakeSignal};
+use connection::{Conn, ConnectOptions, Target};
+use futures_util::future::BoxFuture;
+use redis::{Script, Value};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Most delayed members one promotion moves to the stream.
+const PROMOTE_LIMIT: u32 = 100;
+/// Pause after a connection failure of a live consumer before it tries again.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+static PROMOTE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/promote.lua")));
+static ADD_DELAYED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/add_delayed.lua")));
+static REDELIVER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/redeliver.lua")));
+
+/// Options of one stream consumer.
+#[derive(Debug, Clone)]
+pub struct StreamConfig {
+    pub stream: String,
+    pub group: String,
+    pub consumer: String,
+    pub delay_key: String,
+    pub claim_idle: Duration,
+    pub poll_interval: Duration,
+    pub connect: ConnectOptions,
+}
+
+/// The deployment shared by every stream queue of the process on one DSN.
+struct RedisShared {
+    key: String,
+    target: Target,
+    secrets: Vec<String>,
+    connect_timeout: Duration,
+    commands: tokio::sync::Mutex<Option<Conn>>,
+    board: WakeBoard,
+}
+
+static TARGETS: LazyLock<Targets<RedisShared>> = LazyLock::new(Targets::default);
+
+impl RedisShared {
+    /// The shared command connection, made on first use. Until it exists, failures are
+    /// reported at once (an unreachable server fails fast, not after minutes of retries).
+    async fn conn(&self, op: &str) -> Result<Conn> {
+        let mut slot = self.commands.lock().await;
+        if let Some(conn) = slot.as_ref() {
+            return Ok(conn.clone());
+        }
+        let made = tokio::time::timeout(
+            self.connect_timeout,
+            self.target.command_connection(self.connect_timeout),
+        )
+        .await
+        .map_err(|_| self.no_answer(op))?
+        .map_err(|e| self.error(op, &e))?;
+        *slot = Some(made.clone());
+        Ok(made)
+    }
+
+    fn no_answer(&self, op: &str) -> Error {
+        Error::connection(format!(
+            "Redis transport failed during \"{op}\": no answer from the server within {} ms",
+            self.connect_timeout.as_millis()
+        ))
+    }
+
+    fn error(&self, op: &str, err: &redis::RedisError) -> Error {
+        Error::new(
+            classify(err),
+            format!("Redis transport failed during \"{op}\": {err}"),
+        )
+        .redacted(&self.secrets)
+    }
+}
+
+fn classify(err: &redis::RedisError) -> ErrorKind {
+    if err.code() == Some("NOGROUP") || err.to_string().contains("NOGROUP") {
+        ErrorKind::NotFound
+    } else if err.is_io_error()
+        || err.is_connection_refusal()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.kind() == redis::ErrorKind::AuthenticationFailed
+        || err.code() == Some("NOAUTH")
+        || err.code() == Some("WRONGPASS")
+        || err.is_cluster_error()
+    {
+        ErrorKind::Connection
+    } else {
+        ErrorKind::Transport
+    }
+}
+
+/// One stream (and its group and delayed zset) as one consumer sees it.
+pub struct RedisQueue {
+    shared: Arc<RedisShared>,
+    config: StreamConfig,
+    wake: Arc<WakeSignal>,
+    /// This consumer's connection for blocking reads.
+    blocking: tokio::sync::Mutex<Option<Conn>>,
+    /// Entries a blocking read returned, handed out by the next claim.
+    stash: Mutex<Vec<StoredMessage>>,
+    /// Ids handed to JavaScript and not settled yet (excluded when re-reading our own PEL).
+    delivered: Mutex<HashSet<String>>,
+    /// Set when a blocking read was abandoned: entries it may have claimed sit in our PEL.
+    recover_own: AtomicBool,
+    reclaim: Mutex<Reclaim>,
+    /// Milliseconds until the next delayed member is due, as the last promotion saw it.
+    next_due: Mutex<Option<Duration>>,
+    /// Once the server answered, connection failures in get() are waited out, not thrown.
+    contacted: AtomicBool,
+}
+
+/// XAUTOCLAIM bookkeeping: run every `claimIdleMs / 2` (not on every read), cursor kept.
+struct Reclaim {
+    cursor: String,
+    next_at: Instant,
+}
+
+impl RedisQueue {
+    pub fn open(dsn: &RedisDsn, config: StreamConfig) -> Result<Self> {
+        if config.connect.cluster {
+            slot::check_same_slot(&config.stream, &config.delay_key)?;
+        }
+        let key = format!(
+            "{}|cluster={}|ca={}",
+            dsn.url,
+            config.connect.cluster,
+            config.connect.tls_ca.is_some()
+        );
+        let shared = TARGETS.join(&key, || {
+            Ok(RedisShared {
+                key: key.clone(),
+                target: Target::new(dsn, &config.connect)?,
+                secrets: dsn.secrets.clone(),
+                connect_timeout: config.connect.connect_timeout,
+                commands: tokio::sync::Mutex::new(None),
+                board: WakeBoard::default(),
+            })
+        })?;
+        let wake = shared.board.signal(&config.stream, "");
+        Ok(Self {
+            shared,
+            wake,
+            blocking: tokio::sync::Mutex::new(None),
+            stash: Mutex::default(),
+            delivered: Mutex::default(),
+            recover_own: AtomicBool::new(false),
+            reclaim: Mutex::new(Reclaim {
+                cursor: "0-0".to_owned(),
+                next_at: Instant::now(),
+            }),
+            next_due: Mutex::new(None),
+            contacted: AtomicBool::new(false),
+            config,
+        })
+    }
+
+    fn reclaim_period(&self) -> Duration {
+        (self.config.claim_idle / 2).clamp(Duration::from_millis(10), Duration::from_secs(5))
+    }
+
+    async fn conn(&self, op: &str) -> Result<Conn> {
+        let conn = self.shared.conn(op).await?;
+        self.contacted.store(true, Ordering::Release);
+        Ok(conn)
+    }
+
+    fn err(&self, op: &str, e: &redis::RedisError) -> Error {
+        self.shared.error(op, e)
+    }
+
+    /// A consumer that reached the server once rides out connection failures: it pauses
+    /// and tries again (the command connection reconnects by itself) instead of ending get().
+    async fn tolerate<T>(&self, result: Result<T>, otherwise: T) -> Result<T> {
+        match result {
+            Err(err)
+                if err.kind == ErrorKind::Connection && self.contacted.load(Ordering::Acquire) =>
+            {
+                tokio::time::sleep(RETRY_PAUSE).await;
+                Ok(otherwise)
+            }
+            other => other,
+        }
+    }
+
+    fn delayed_member(&self, nonce: &str, body: &str, headers: &str) -> Result<String> {
+        // Key order nonce, body, headers, as upstream writes it.
+        let quote = |s: &str| serde_json::to_string(s).map_err(|e| Error::transport(e.to_string()));
+        Ok(format!(
+            "{{\"nonce\":{},\"body\":{},\"headers\":{}}}",
+            quote(nonce)?,
+            quote(body)?,
+            quote(headers)?
+        ))
+    }
+
+    /// Turns stream entries into messages; entries without `body`/`headers` (foreign) are
+    /// acknowledged and deleted, so they never loop.
+    async fn accept_entries(&self, entries: Vec<Entry>) -> Result<Vec<StoredMessage>> {
+        let mut messages = Vec::with_capacity(entries.len());
+        let mut foreign = Vec::new();
+        for entry in entries {
+            match (entry.body, entry.headers) {
+                (Some(body), Some(headers)) => messages.push(StoredMessage {
+                    id: entry.id,
+                    body,
+                    headers,
+                }),
+                _ => foreign.push(entry.id),
+            }
+        }
+        if !foreign.is_empty() {
+            self.ack_and_delete(foreign, "discard").await?;
+        }
+        let mut delivered = self.delivered.lock().unwrap_or_else(|p| p.into_inner());
+        for m in &messages {
+            delivered.insert(m.id.clone());
+        }
+        Ok(messages)
+    }
+
+    async fn ack_and_delete(&self, ids: Vec<String>, op: &str) -> Result<()> {
+        let mut conn = self.conn(op).await?;
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("XACK")
+            .arg(&self.config.stream)
+            .arg(&self.config.group)
+            .arg(&ids)
+            .ignore()
+            .cmd("XDEL")
+            .arg(&self.config.stream)
+            .arg(&ids)
+            .ignore();
+        pipe.query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| self.err(op, &e))
+    }
+
+    async fn claim_once(&self, limit: u32) -> Result<Vec<StoredMessage>> {
+        let stashed: Vec<StoredMessage> =
+            std::mem::take(&mut *self.stash.lock().unwrap_or_else(|p| p.into_inner()));
+        if !stashed.is_empty() {
+            return Ok(stashed);
+        }
+        let mut conn = self.conn("read").await?;
+        let mut entries = Vec::new();
+        if self.recover_own.swap(false, Ordering::AcqRel) {
+            let reply: Value = redis::cmd("XREADGROUP")
+                .arg("GROUP")
+                .arg(&self.config.group)
+                .arg(&self.config.consumer)
+                .arg("COUNT")
+                .arg(limit)
+                .arg("STREAMS")
+                .arg(&self.config.stream)
+                .arg("0")
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err("read", &e))?;
+            let delivered = self
+                .delivered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            entries.extend(
+                parse_read_reply(reply)
+                    .into_iter()
+                    .filter(|e| !delivered.contains(&e.id)),
+            );
+        }
+        if self.reclaim_due() {
+            entries.extend(self.reclaim(&mut conn, limit).await?);
+        }
+        let promoted: Value = PROMOTE
+            .key(&self.config.delay_key)
+            .key(&self.config.stream)
+            .arg(PROMOTE_LIMIT)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.err("drainDelayed", &e))?;
+        self.note_next_due(&promoted);
+        let reply: Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(&self.config.group)
+            .arg(&self.config.consumer)
+            .arg("COUNT")
+            .arg(limit)
+            .arg("STREAMS")
+            .arg(&self.config.stream)
+            .arg(">")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err("read", &e))?;
+        entries.extend(parse_read_reply(reply));
+        self.accept_entries(entries).await
+    }
+
+    fn reclaim_due(&self) -> bool {
+        let reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+        Instant::now() >= reclaim.next_at
+    }
+
+    /// XAUTOCLAIM from the kept cursor; a full pass ends when the cursor comes back to 0-0.
+    async fn reclaim(&self, conn: &mut Conn, limit: u32) -> Result<Vec<Entry>> {
+        let cursor = self
+            .reclaim
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .cursor
+            .clone();
+        let reply: Value = redis::cmd("XAUTOCLAIM")
+            .arg(&self.config.stream)
+            .arg(&self.config.group)
+            .arg(&self.config.consumer)
+            .arg(self.config.claim_idle.as_millis() as u64)
+            .arg(&cursor)
+            .arg("COUNT")
+            .arg(limit)
+            .query_async(conn)
+            .await
+            .map_err(|e| self.err("reclaim", &e))?;
+        let (next, entries) = parse_autoclaim_reply(reply);
+        let mut reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+        if next == "0-0" {
+            reclaim.next_at = Instant::now() + self.reclaim_period();
+        }
+        reclaim.cursor = next;
+        Ok(entries)
+    }
+
+    fn note_next_due(&self, promoted: &Value) {
+        let wait = match promoted {
+            Value::Array(items) => items.get(2).and_then(as_i64),
+            _ => None,
+        };
+        *self.next_due.lock().unwrap_or_else(|p| p.into_inner()) = wait
+            .filter(|ms| *ms >= 0)
+            .map(|ms| Duration::from_millis(ms as u64));
+    }
+
+    /// Blocks on our own connection until an entry arrives, a delayed member is due, the
+    /// next reclaim pass is due or the poll interval passes (so members delayed by other
+    /// processes are promoted in time), or `cancel` fires.
+    async fn block_once(&self, cancel: &CancellationToken, limit: u32) -> Result<WaitOutcome> {
+        let until_reclaim = {
+            let reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+            reclaim.next_at.saturating_duration_since(Instant::now())
+        };
+        let next_due = *self.next_due.lock().unwrap_or_else(|p| p.into_inner());
+        let mut block = self.config.poll_interval.min(until_reclaim);
+        if let Some(due) = next_due {
+            block = block.min(due);
+        }
+        let block_ms = block.as_millis().max(1) as u64;
+        let mut guard = self.blocking.lock().await;
+        if guard.is_none() {
+            let made = tokio::time::timeout(
+                self.shared.connect_timeout,
+                self.shared
+                    .target
+                    .blocking_connection(self.shared.connect_timeout),
+            )
+            .await
+            .map_err(|_| self.shared.no_answer("read"))?
+            .map_err(|e| self.err("read", &e))?;
+            *guard = Some(made);
+        }
+        let Some(conn) = guard.as_mut() else {
+            return Ok(WaitOutcome::TimedOut);
+        };
+        let mut read = redis::cmd("XREADGROUP");
+        read.arg("GROUP")
+            .arg(&self.config.group)
+            .arg(&self.config.consumer)
+            .arg("COUNT")
+            .arg(limit)
+            .arg("BLOCK")
+            .arg(block_ms)
+            .arg("STREAMS")
+            .arg(&self.config.stream)
+            .arg(">");
+        let outcome = tokio::select! {
+            reply = read.query_async::<Value>(conn) => reply,
+            _ = cancel.cancelled() => {
+                // The block may already have claimed entries for us: drop this connection
+                // and re-read our own pending entries on the next claim.
+                *guard = None;
+                self.recover_own.store(true, Ordering::Release);
+                return Ok(WaitOutcome::Cancelled);
+            }
+        };
+        match outcome {
+            Ok(reply) => {
+                let entries = parse_read_reply(reply);
+                if entries.is_empty() {
+                    return Ok(WaitOutcome::TimedOut);
+                }
+                drop(guard);
+                let messages = self.accept_entries(entries).await?;
+                self.stash
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend(messages);
+                Ok(WaitOutcome::Woken)
+            }
+            Err(e) => {
+                *guard = None;
+                self.recover_own.store(true, Ordering::Release);
+                Err(self.err("read", &e))
+            }
+        }
+    }
+}
+
+impl Engine for RedisQueue {
+    fn wake_signal(&self) -> Arc<WakeSignal> {
+        self.wake.clone()
+    }
+
+    /// Creates the consumer group from the stream's start (`0`, so entries sent before it
+    /// existed are delivered), creating the stream if needed; an existing group is fine.
+    fn setup(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let mut conn = self.conn("ensureGroup").await?;
+            let created: redis::RedisResult<Value> = redis::cmd("XGROUP")
+                .arg("CREATE")
+                .arg(&self.config.stream)
+                .arg(&self.config.group)
+                .arg("0")
+                .arg("MKSTREAM")
+                .query_async(&mut conn)
+                .await;
+            match created {
+                Ok(_) => Ok(()),
+                Err(e) if e.code() == Some("BUSYGROUP") || e.to_string().contains("BUSYGROUP") => {
+                    Ok(())
+                }
+                Err(e) => Err(self.err("ensureGroup", &e)),
+            }
+        })
+    }
+
+    fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>> {
+        Box::pin(async move {
+            let mut conn = self.conn("send").await?;
+            let mut ids: Vec<Option<String>> = vec![None; messages.len()];
+            let mut pipe = redis::pipe();
+            let mut immediate = Vec::new();
+            for (i, m) in messages.iter().enumerate() {
+                if m.delay_ms <= 0.0 {
+                    pipe.cmd("XADD")
+                        .arg(&self.config.stream)
+                        .arg("*")
+                        .arg("body")
+                        .arg(&m.body)
+                        .arg("headers")
+                        .arg(&m.headers);
+                    immediate.push(i);
+                }
+            }
+            if !immediate.is_empty() {
+                let added: Vec<String> = pipe
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| self.err("send", &e))?;
+                for (slot, id) in immediate.into_iter().zip(added) {
+                    ids[slot] = Some(id);
+                }
+            }
+            for (i, m) in messages.iter().enumerate() {
+                if m.delay_ms > 0.0 {
+                    let nonce = uuid::Uuid::new_v4().to_string();
+                    let member = self.delayed_member(&nonce, &m.body, &m.headers)?;
+                    ADD_DELAYED
+                        .key(&self.config.delay_key)
+                        .arg(m.delay_ms.ceil() as u64)
+                        .arg(member)
+                        .invoke_async::<i64>(&mut conn)
+                        .await
+                        .map_err(|e| self.err("send", &e))?;
+                    ids[i] = Some(nonce);
+                }
+            }
+            Ok(ids.into_iter().map(Option::unwrap_or_default).collect())
+        })
+    }
+
+    fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
+        Box::pin(async move {
+            let claimed = self.claim_once(limit).await;
+            self.tolerate(claimed, Vec::new()).await
+        })
+    }
+
+    fn idle<'a>(
+        &'a self,
+        _seen: u64,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<WaitOutcome>> {
+        Box::pin(async move {
+            if cancel.is_cancelled() {
+                return Ok(WaitOutcome::Cancelled);
+            }
+            let limit = 64;
+            let blocked = self.block_once(cancel, limit).await;
+            self.tolerate(blocked, WaitOutcome::TimedOut).await
+        })
+    }
+
+    fn delete(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            {
+                let mut delivered = self.delivered.lock().unwrap_or_else(|p| p.into_inner());
+                for id in &ids {
+                    delivered.remove(id);
+                }
+            }
+            let ids: Vec<String> = ids.into_iter().filter(|id| is_stream_id(id)).collect();
+            if ids.is_empty() {
+                return Ok(());
+            }
+            self.ack_and_delete(ids, "ack").await
+        })
+    }
+
+    fn redeliver(&self, id: String, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>> {
+        Box::pin(async move {
+            self.delivered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+            if !is_stream_id(&id) {
+                return Ok(None);
+            }
+            let mut conn = self.conn("reject").await?;
+            let nonce = uuid::Uuid::new_v4().to_string();
+            let member = self.delayed_member(&nonce, &copy.body, &copy.headers)?;
+            let reply: Value = REDELIVER
+                .key(&self.config.stream)
+                .key(&self.config.delay_key)
+                .arg(&self.config.group)
+                .arg(&id)
+                .arg(&copy.body)
+                .arg(&copy.headers)
+                .arg(copy.delay_ms.max(0.0).ceil() as u64)
+                .arg(member)
+                .arg(&nonce)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(|e| self.err("reject", &e))?;
+            Ok(as_string(&reply))
+        })
+    }
+
+    /// Entries claimed into our buffer but never handed out: their idle time is set to the
+    /// claim threshold so any consumer's next XAUTOCLAIM takes them at once (ours included).
+    fn release(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            {
+                let mut delivered = self.delivered.lock().unwrap_or_else(|p| p.into_inner());
+                for id in &ids {
+                    delivered.remove(id);
+                }
+            }
+            if ids.is_empty() {
+                return Ok(());
+            }
+            let mut conn = self.conn("release").await?;
+            redis::cmd("XCLAIM")
+                .arg(&self.config.stream)
+                .arg(&self.config.group)
+                .arg(&self.config.consumer)
+                .arg(0)
+                .arg(&ids)
+                .arg("IDLE")
+                .arg(self.config.claim_idle.as_millis() as u64)
+                .arg("JUSTID")
+                .query_async::<Value>(&mut conn)
+                .await
+                .map_err(|e| self.err("release", &e))?;
+            let mut reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+            reclaim.next_at = Instant::now();
+            reclaim.cursor = "0-0".to_owned();
+            Ok(())
+        })
+    }
+
+    fn keep_claimed(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let mut conn = self.conn("reclaim").await?;
+            redis::cmd("XCLAIM")
+                .arg(&self.config.stream)
+                .arg(&self.config.group)
+                .arg(&self.config.consumer)
+                .arg(0)
+                .arg(&ids)
+                .arg("JUSTID")
+                .query_async::<Value>(&mut conn)
+                .await
+                .map_err(|e| self.err("reclaim", &e))?;
+            Ok(())
+        })
+    }
+
+    fn claim_lease(&self) -> Duration {
+        self.config.claim_idle
+    }
+
+    fn list(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
+        Box::pin(async move {
+            let mut conn = self.conn("list").await?;
+            let reply: Value = redis::cmd("XRANGE")
+                .arg(&self.config.stream)
+                .arg("-")
+                .arg("+")
+                .arg("COUNT")
+                .arg(limit)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err("list", &e))?;
+            Ok(complete(parse_entries(&reply)))
+        })
+    }
+
+    fn find(&self, id: String) -> BoxFuture<'_, Result<Option<StoredMessage>>> {
+        Box::pin(async move {
+            if !is_stream_id(&id) {
+                return Ok(None);
+            }
+            let mut conn = self.conn("find").await?;
+            let reply: Value = redis::cmd("XRANGE")
+                .arg(&self.config.stream)
+                .arg(&id)
+                .arg(&id)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err("find", &e))?;
+            Ok(complete(parse_entries(&reply)).into_iter().next())
+        })
+    }
+
+    /// Entries not yet delivered to the group (stream length minus pending) plus delayed ones.
+    fn count(&self) -> BoxFuture<'_, Result<i64>> {
+        Box::pin(async move {
+            let mut conn = self.conn("count").await?;
+            let (length, delayed): (i64, i64) = redis::pipe()
+                .cmd("XLEN")
+                .arg(&self.config.stream)
+                .cmd("ZCARD")
+                .arg(&self.config.delay_key)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err("count", &e))?;
+            let pending: redis::RedisResult<Value> = redis::cmd("XPENDING")
+                .arg(&self.config.stream)
+                .arg(&self.config.group)
+                .query_async(&mut conn)
+                .await;
+            let pending = match pending {
+                Ok(Value::Array(items)) => items.first().and_then(as_i64).unwrap_or(0),
+                Ok(_) => 0,
+                Err(e) if classify(&e) == ErrorKind::NotFound => 0,
+                Err(e) => return Err(self.err("count", &e)),
+            };
+            Ok((length - pending).max(0) + delayed)
+        })
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            *self.blocking.lock().await = None;
+            if TARGETS.leave(&self.shared.key, &self.shared) {
+                *self.shared.commands.lock().await = None;
+            }
+        })
+    }
+}
+
+/// A stream entry as read: fields other than `body` and `headers` are ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub id: String,
+    pub body: Option<String>,
+    pub headers: Option<String>,
+}
+
+fn complete(entries: Vec<Entry>) -> Vec<StoredMessage> {
+    entries
+        .into_iter()
+        .filter_map(|e| {
+            Some(StoredMessage {
+                id: e.id,
+                body: e.body?,
+                headers: e.headers?,
+            })
+        })
+        .collect()
+}
+
+/// `<ms>-<seq>`: anything else cannot name an entry (a delayed send's nonce, say).
+pub fn is_stream_id(id: &str) -> bool {
+    match id.split_once('-') {
+        Some((ms, seq)) => {
+            !ms.is_empty()
+                && !seq.is_empty()
+                && ms.bytes().all(|b| b.is_ascii_digit())
+                && seq.bytes().all(|b| b.is_ascii_digit())
+        }
+        None => false,
+    }
+}
+
+fn as_string(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::VerbatimString { text, .. } => Some(text.clone()),
+        _ => None,
+    }
+}
+
+fn as_i64(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(n) => Some(*n),
+        other => as_string(other).and_then(|s| s.parse().ok()),
+    }
+}
+
+/// `[[id, [field, value, …]], …]`; deleted entries (nil) and malformed ones are skipped.
+pub fn parse_entries(value: &Value) -> Vec<Entry> {
+    let Value::Array(items) = value else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|item| {
+            let Value::Array(pair) = item else {
+                return None;
+            };
+            let id = as_string(pair.first()?)?;
+            let Value::Array(fields) = pair.get(1)? else {
+                return None;
+            };
+            let mut entry = Entry {
+                id,
+                body: None,
+                headers: None,
+            };
+            for kv in fields.chunks(2) {
+                if let [k, v] = kv {
+                    match as_string(k).as_deref() {
+                        Some("body") => entry.body = as_string(v),
+                        Some("headers") => entry.headers = as_string(v),
+                        _ => {}
+                    }
+                }
+            }
+            Some(entry)
+        })
+        .collect()
+}
+
+/// XREADGROUP: nil, or `[[stream, entries], …]` (RESP2) / a map (RESP3).
+pub fn parse_read_reply(value: Value) -> Vec<Entry> {
+    match value {
+        Value::Array(streams) => streams
+            .iter()
+            .flat_map(|s| match s {
+                Value::Array(pair) => pair.get(1).map(parse_entries).unwrap_or_default(),
+                _ => Vec::new(),
+            })
+            .collect(),
+        Value::Map(streams) => streams
+            .iter()
+            .flat_map(|(_, entries)| parse_entries(entries))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// XAUTOCLAIM: `[next cursor, entries, deleted ids]`.
+pub fn parse_autoclaim_reply(value: Value) -> (String, Vec<Entry>) {
+    let Value::Array(parts) = value else {
+        return ("0-0".to_owned(), Vec::new());
+    };
+    let cursor = parts
+        .first()
+        .and_then(as_string)
+        .unwrap_or_else(|| "0-0".to_owned());
+    let entries = parts.get(1).map(parse_entries).unwrap_or_default();
+    (cursor, entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn stream_ids() {
+        assert!(is_stream_id("1526919030474-55"));
+        assert!(!is_stream_id("0"));
+        assert!(!is_stream_id("96a96d70-1111-2222"));
+        assert!(!is_stream_id("-1"));
+        assert!(!is_stream_id("1-"));
+    }
+
+    #[test]
+    fn parses_read_replies_and_skips_malformed_entries() {
+        let reply = Value::Array(vec![Value::Array(vec![
+            bulk("s"),
+            Value::Array(vec![
+                Value::Array(vec![
+                    bulk("1-0"),
+                    Value::Array(vec![
+                        bulk("body"),
+                        bulk("{}"),
+                        bulk("headers"),
+                        bulk("{\"a\":\"b\"}"),
+                    ]),
+                ]),
+                Value::Array(vec![
+                    bulk("2-0"),
+                    Value::Array(vec![bulk("other"), bulk("x"), bulk("dangling")]),
+                ]),
+                Value::Nil,
+                Value::Array(vec![bulk("3-0"), Value::Nil]),
+            ]),
+        ])]);
+        let entries = parse_read_reply(reply);
+        assert_eq!(entries.len(), 2);
+        assert_eq!(
+            entries[0],
+            Entry {
+                id: "1-0".into(),
+                body: Some("{}".into()),
+                headers: Some("{\"a\":\"b\"}".into())
+            }
+        );
+        assert_eq!(
+            entries[1],
+            Entry {
+                id: "2-0".into(),
+                body: None,
+                headers: None
+            }
+        );
+        assert!(parse_read_reply(Value::Nil).is_empty());
+    }
+
+    #[test]
+    fn parses_autoclaim_replies() {
+        let reply = Value::Array(vec![
+            bulk("5-0"),
+            Value::Array(vec![Value::Array(vec![
+                bulk("4-0"),
+                Value::Array(vec![bulk("body"), bulk("b"), bulk("headers"), bulk("h")]),
+            ])]),
+            Value::Array(vec![]),
+        ]);
+        let (cursor, entries) = parse_autoclaim_reply(reply);
+        assert_eq!(cursor, "5-0");
+        assert_eq!(entries.len(), 1);
+        assert_eq!(parse_autoclaim_reply(Value::Nil).0, "0-0");
+    }
+}
