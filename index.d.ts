@@ -56,3 +56,64 @@ export declare class SqlTransport
   getMessageCount(): Promise<number>;
   close(): Promise<void>;
 }
+
+/** Options of {@link RedisStreamsTransport}: upstream's, with the same defaults, plus `cluster` and `connectTimeoutMs`. */
+export interface RedisStreamsTransportOptions {
+  /**
+   * `redis://[user:password@]host[:port][/db]`, or `rediss://` for TLS. An invalid DSN or
+   * another scheme throws `TransportConnectionError`.
+   */
+  readonly dsn: string;
+  /** The stream key, used verbatim. On a cluster, give it a hash tag: `messenger:{async}`. */
+  readonly stream: string;
+  /** Name written into `ReceivedStamp`; must equal the routing alias for retries. Default: `stream`. */
+  readonly name?: string;
+  /** Consumer group shared by every worker of the stream. Default `'messenger'`. */
+  readonly group?: string;
+  /** This instance's consumer name, unique per instance. Default `<pid>-<uuid>`. */
+  readonly consumer?: string;
+  /** Serializer on the wire. Default `new JsonSerializer()`; register your message classes. */
+  readonly serializer?: Serializer;
+  /** Sorted set holding not-yet-due delayed messages. Default `<stream>:delayed`. */
+  readonly delayKey?: string;
+  /** Idle time (ms) after which an entry pending on another consumer is taken over. Default 30000. */
+  readonly claimIdleMs?: number;
+  /** Longest blocking read (ms) before delayed messages are checked again. Default 50. */
+  readonly pollIntervalMs?: number;
+  /** Size of the first read; later reads adapt to the consumer's pace (1 to 256). Default 10. */
+  readonly readBatchSize?: number;
+  /** Connect to a Redis Cluster through the DSN's node (MOVED/ASK are followed). Default false. */
+  readonly cluster?: boolean;
+  /**
+   * ioredis options of the TypeScript transport. Only `tls.ca` (PEM string or Buffer, or an
+   * array of them: the CAs to trust for `rediss://`) is used; other keys are ignored.
+   */
+  readonly redisOptions?: { readonly tls?: { readonly ca?: string | Buffer | ReadonlyArray<string | Buffer> } } & Record<string, unknown>;
+  /** How long a first connection may take before `TransportConnectionError`. Default 5000. */
+  readonly connectTimeoutMs?: number;
+}
+
+/**
+ * Redis Streams transport: same stream layout, group, entry fields and delayed zset as
+ * `@schally/nestjs-messenger-transport-redis`, with blocking reads, batched acks and atomic
+ * delayed promotion in Rust.
+ */
+export declare class RedisStreamsTransport
+  implements TransportInterface, ListableReceiver, MessageRetriever, MessageCountAware
+{
+  constructor(options: RedisStreamsTransportOptions);
+  /** Creates the consumer group (and the stream) if missing; get() and send() do it too. */
+  setup(): Promise<void>;
+  /** Resolves to the envelope with the entry id, or, for a delayed message, the member's nonce. */
+  send(envelope: Envelope): Promise<Envelope>;
+  get(signal: AbortSignal): AsyncIterableIterator<Envelope>;
+  ack(envelope: Envelope): Promise<void>;
+  reject(envelope: Envelope): Promise<void>;
+  /** Stream entries (pending included); delayed messages appear once due. */
+  list(limit?: number): AsyncIterableIterator<Envelope>;
+  /** An entry by its stream id; `undefined` for anything else (a delayed send's nonce). */
+  find(id: string): Promise<Envelope | undefined>;
+  /** Entries not yet delivered to the group plus delayed messages. */
+  getMessageCount(): Promise<number>;
+  close(): Promise<void>;
+}
