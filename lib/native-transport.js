@@ -23,6 +23,7 @@ class NativeTransport {
   #serializer;
   #name;
   #label;
+  #writeBehind;
   #settles = new SettleTracker();
   #closing = false;
   #closed = undefined;
@@ -31,10 +32,11 @@ class NativeTransport {
 
   /**
    * @param {object} queue the native queue (binding's NativeQueue)
-   * @param {{ serializer: import('@schally/nestjs-messenger').Serializer, name: string, label: string }} identity
+   * @param {{ serializer: import('@schally/nestjs-messenger').Serializer, name: string, label: string, ackMode: string }} identity
    */
-  constructor(queue, { serializer, name, label }) {
+  constructor(queue, { serializer, name, label, ackMode }) {
     this.#queue = queue;
+    this.#writeBehind = ackMode === 'write-behind';
     this.#serializer = serializer;
     this.#name = name;
     this.#label = label;
@@ -100,7 +102,12 @@ class NativeTransport {
     const id = messageIdOf(envelope);
     this.#settles.settle(id);
     // Ungated and idempotent: deleting a missing row is a no-op (ADR-007); this is also what
-    // makes acking a find() result delete it.
+    // makes acking a find() result delete it. Write-behind: recorded now (a sync call), written
+    // with the acks around it; close(), list(), find() and getMessageCount() wait for it.
+    if (this.#writeBehind) {
+      this.#queue.ackLater(id);
+      return;
+    }
     await this.#settles.track(native(this.#queue.ack(id)));
   }
 

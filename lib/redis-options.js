@@ -10,7 +10,18 @@ const DEFAULTS = Object.freeze({
   pollIntervalMs: 50,
   readBatchSize: 10,
   connectTimeoutMs: 5000,
+  ackMode: 'write-behind',
 });
+
+const ACK_MODES = new Set(['write-behind', 'commit']);
+
+function ackModeOf(options) {
+  const mode = options.ackMode ?? DEFAULTS.ackMode;
+  if (!ACK_MODES.has(mode)) {
+    throw new InvalidArgumentError(`Invalid ackMode ${JSON.stringify(mode)}: expected 'write-behind' or 'commit'.`);
+  }
+  return mode;
+}
 
 function nonNegativeNumber(options, key) {
   const value = options[key] ?? DEFAULTS[key];
@@ -62,6 +73,7 @@ function resolveRedisOptions(options) {
     cluster: options.cluster === true,
     tlsCa: caOf(options.redisOptions),
     connectTimeoutMs: nonNegativeNumber(options, 'connectTimeoutMs'),
+    ackMode: ackModeOf(options),
   };
 }
 

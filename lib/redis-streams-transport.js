@@ -29,7 +29,7 @@ class RedisStreamsTransport extends NativeTransport {
         connectTimeoutMs: o.connectTimeoutMs,
       }),
     );
-    super(queue, { serializer: o.serializer, name: o.name, label: 'Redis' });
+    super(queue, { serializer: o.serializer, name: o.name, label: 'Redis', ackMode: o.ackMode });
   }
 }
 

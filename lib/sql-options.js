@@ -17,7 +17,18 @@ const DEFAULTS = Object.freeze({
   useNotify: true,
   getNotifyTimeoutMs: 60000,
   connectTimeoutMs: 5000,
+  ackMode: 'write-behind',
 });
+
+const ACK_MODES = new Set(['write-behind', 'commit']);
+
+function ackModeOf(options) {
+  const mode = options.ackMode ?? DEFAULTS.ackMode;
+  if (!ACK_MODES.has(mode)) {
+    throw new InvalidArgumentError(`Invalid ackMode ${JSON.stringify(mode)}: expected 'write-behind' or 'commit'.`);
+  }
+  return mode;
+}
 
 function nonNegativeNumber(options, key) {
   const value = options[key] ?? DEFAULTS[key];
@@ -69,6 +80,7 @@ function resolveSqlOptions(options) {
     pollIntervalMs: nonNegativeNumber(options, 'pollIntervalMs'),
     getNotifyTimeoutMs: nonNegativeNumber(options, 'getNotifyTimeoutMs'),
     connectTimeoutMs: nonNegativeNumber(options, 'connectTimeoutMs'),
+    ackMode: ackModeOf(options),
   };
 }
 

@@ -27,7 +27,7 @@ class SqlTransport extends NativeTransport {
         connectTimeoutMs: o.connectTimeoutMs,
       }),
     );
-    super(queue, { serializer: o.serializer, name: o.name, label: 'SQL' });
+    super(queue, { serializer: o.serializer, name: o.name, label: 'SQL', ackMode: o.ackMode });
   }
 }
 

@@ -15,6 +15,7 @@ pub mod queue;
 pub mod redis;
 pub mod sql;
 pub mod wake;
+pub mod write_behind;
 
 // The exports are left out of `cargo test`: the test executable has no Node to provide the
 // napi_* symbols they reference. Everything they call is tested in its own module.
@@ -251,6 +252,13 @@ mod exports {
         #[napi]
         pub async fn ack(&self, id: String) -> napi::Result<()> {
             Ok(self.queue.ack(&id).await?)
+        }
+
+        /// Records an ack now and writes its delete in the background with the others
+        /// (write-behind); `close`, `list`, `find` and `count` wait for those writes.
+        #[napi(catch_unwind)]
+        pub fn ack_later(&self, id: String) {
+            within_runtime_if_available(|| self.queue.ack_later(id));
         }
 
         /// Replaces message `id` by a copy in one statement; null if `id` no longer exists.

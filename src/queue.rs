@@ -6,6 +6,7 @@ use crate::batch::Coalescer;
 use crate::engine::{Engine, NewMessage, StoredMessage};
 use crate::error::{Error, ErrorKind, Result};
 use crate::wake::WaitOutcome;
+use crate::write_behind::WriteBehind;
 use futures_util::future::BoxFuture;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -36,6 +37,7 @@ pub struct Queue {
     closing: CancellationToken,
     waiters: Mutex<HashMap<u32, CancellationToken>>,
     acks: Coalescer<String, ()>,
+    acks_behind: WriteBehind,
     sends: Coalescer<NewMessage, String>,
 }
 
@@ -125,6 +127,7 @@ impl Queue {
                     Ok(ids)
                 }) as BoxFuture<'static, Result<Vec<String>>>
             }),
+            acks_behind: WriteBehind::new(engine.clone()),
             engine,
             setup,
             buffer: Arc::default(),
@@ -328,6 +331,16 @@ impl Queue {
         Ok(())
     }
 
+    /// Records an ack whose delete the write-behind flusher writes (needs a runtime context).
+    pub fn ack_later(&self, id: String) {
+        self.acks_behind.push(id);
+    }
+
+    /// Waits until every write-behind ack is written.
+    pub async fn flush_acks(&self) -> Result<()> {
+        self.acks_behind.flush().await
+    }
+
     pub async fn ack(&self, id: &str) -> Result<()> {
         self.acks.submit(id.to_owned()).await
     }
@@ -342,14 +355,17 @@ impl Queue {
     }
 
     pub async fn list(&self, limit: u32) -> Result<Vec<StoredMessage>> {
+        self.flush_acks().await?;
         self.setup.around(self.engine.list(limit)).await
     }
 
     pub async fn find(&self, id: &str) -> Result<Option<StoredMessage>> {
+        self.flush_acks().await?;
         self.setup.around(self.engine.find(id.to_owned())).await
     }
 
     pub async fn count(&self) -> Result<i64> {
+        self.flush_acks().await?;
         self.setup.around(self.engine.count()).await
     }
 
@@ -362,9 +378,10 @@ impl Queue {
     /// rows, then let go of the shared pool.
     pub async fn close(&self) -> Result<()> {
         self.begin_close();
+        let flushed = self.flush_acks().await;
         let released = self.release_prefetched().await;
         self.engine.shutdown().await;
-        released
+        flushed.and(released)
     }
 }
 

@@ -87,7 +87,10 @@ impl Target {
             if dsn.tls && options.tls_ca.is_some() {
                 builder = builder.certs(certs());
             }
-            return builder.build().map(|c| Target::Cluster(Box::new(c))).map_err(invalid);
+            return builder
+                .build()
+                .map(|c| Target::Cluster(Box::new(c)))
+                .map_err(invalid);
         }
         let client = if dsn.tls && options.tls_ca.is_some() {
             Client::build_with_tls(dsn.url.as_str(), certs())

@@ -1,0 +1,107 @@
+'use strict';
+
+// npm run bench: the native transports and the upstream TypeScript transports side by side in
+// one run on the same servers, alternating native and upstream for every workload of every
+// round, each run in a fresh process on a fresh queue; medians and ratios; a markdown report
+// and an SVG chart in bench/results/.
+
+const { execFileSync } = require('node:child_process');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const { markdown, svg, median } = require('./report');
+const { postgresClaimDeleteLimit, redisXaddLimit } = require('./limits');
+
+const WORKLOAD_SIZES = { consume: 3000, sendSequential: 2000, sendConcurrent: 5000, wake: 300, competing: 3000 };
+
+function parseArgs(argv) {
+  const options = { rounds: 3, engines: ['postgres', 'mysql', 'redis', 'sqlite'], deep: 100000, soak: 0, limits: true };
+  for (let i = 0; i < argv.length; i += 1) {
+    const [arg, value] = [argv[i], argv[i + 1]];
+    if (arg === '--rounds') options.rounds = Number(value);
+    else if (arg === '--engines') options.engines = value.split(',');
+    else if (arg === '--deep') options.deep = Number(value);
+    else if (arg === '--soak') options.soak = Number(value ?? 1000000);
+    else if (arg === '--no-limits') {
+      options.limits = false;
+      continue;
+    } else throw new Error(`unknown argument ${arg}`);
+    i += 1;
+  }
+  return options;
+}
+
+function runOne(job) {
+  const output = execFileSync(process.execPath, [path.join(__dirname, 'run-one.js'), JSON.stringify(job)], {
+    encoding: 'utf8',
+    timeout: 600000,
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  return JSON.parse(output.trim().split('\n').pop());
+}
+
+function machine() {
+  const cpus = os.cpus();
+  return `Machine: ${cpus.length} × ${cpus[0]?.model ?? 'cpu'}, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}, ${os.platform()} ${os.release()}; servers on loopback. ${new Date().toISOString().slice(0, 10)}.`;
+}
+
+async function main() {
+  const options = parseArgs(process.argv.slice(2));
+  const results = {};
+  const deep = { postgres: [], mysql: [], redis: [], sqlite: [] };
+  for (let round = 1; round <= options.rounds; round += 1) {
+    for (const engine of options.engines) {
+      results[engine] ??= {};
+      for (const [workload, n] of Object.entries(WORKLOAD_SIZES)) {
+        const impls = engine === 'sqlite' ? ['native'] : ['native', 'upstream'];
+        for (const impl of impls) {
+          const result = runOne({ engine, impl, workload, n });
+          ((results[engine][workload] ??= {})[impl] ??= []).push(result);
+          process.stderr.write(`round ${round} ${engine} ${workload} ${impl}: ${JSON.stringify(result)}\n`);
+        }
+      }
+      if (options.deep > 0) {
+        const result = runOne({ engine, impl: 'native', workload: 'consume', n: options.deep });
+        deep[engine].push(result);
+        process.stderr.write(`round ${round} ${engine} consume@${options.deep} native: ${JSON.stringify(result)}\n`);
+      }
+    }
+  }
+  const extras = [];
+  if (options.deep > 0) {
+    const lines = ['## B1 at depth', '', `| engine | native msgs/s at ${WORKLOAD_SIZES.consume} | at ${options.deep} | ratio (target ≥ 0.8) | peak RSS MB |`, '|---|---|---|---|---|'];
+    for (const engine of options.engines) {
+      const shallow = median((results[engine]?.consume?.native ?? []).map((r) => r.rate));
+      const deepRate = median(deep[engine].map((r) => r.rate));
+      const rss = median(deep[engine].map((r) => r.peakRssMb));
+      lines.push(`| ${engine} | ${shallow.toFixed(0)} | ${deepRate.toFixed(0)} | ${(deepRate / shallow).toFixed(2)} | ${rss.toFixed(0)} |`);
+    }
+    extras.push(lines);
+  }
+  if (options.limits && options.engines.includes('postgres')) {
+    const limit = await postgresClaimDeleteLimit(WORKLOAD_SIZES.consume);
+    const native = median((results.postgres?.consume?.native ?? []).map((r) => r.rate));
+    extras.push([
+      '## Engine limits',
+      '',
+      `- PostgreSQL claim-100-and-delete (pgbench, depth ${WORKLOAD_SIZES.consume}): ${limit.toFixed(0)} rows/s; native B1 is ${((native / limit) * 100).toFixed(0)}% of it (target ≥ 50%).`,
+      ...(options.engines.includes('redis') ? [`- Redis pipelined XADD (redis-benchmark -P 16): ${redisXaddLimit().toFixed(0)} commands/s.`] : []),
+    ]);
+  }
+  if (options.soak > 0) {
+    const soak = runOne({ engine: 'postgres', impl: 'native', workload: 'soak', n: options.soak });
+    extras.push(['## Soak', '', `One native consumer through ${options.soak} messages: RSS ${soak.samples.map((s) => `${s.messages}: ${s.rssMb.toFixed(0)} MB`).join(', ')}.`]);
+  }
+  const outDir = path.join(__dirname, 'results');
+  fs.mkdirSync(outDir, { recursive: true });
+  const report = markdown(results, extras, machine());
+  fs.writeFileSync(path.join(outDir, 'report.md'), report);
+  fs.writeFileSync(path.join(outDir, 'chart.svg'), svg(results));
+  fs.writeFileSync(path.join(outDir, 'raw.json'), `${JSON.stringify({ results, deep }, null, 2)}\n`);
+  process.stdout.write(report);
+}
+
+main().catch((error) => {
+  process.stderr.write(`${error.stack ?? error}\n`);
+  process.exitCode = 1;
+});

@@ -1,0 +1,114 @@
+'use strict';
+
+const { TARGETS } = require('./targets');
+
+const ENGINE_LABEL = { postgres: 'PostgreSQL', mysql: 'MariaDB', redis: 'Redis', sqlite: 'SQLite' };
+
+function median(values) {
+  const sorted = values.filter((v) => Number.isFinite(v)).sort((a, b) => a - b);
+  if (sorted.length === 0) return Number.NaN;
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
+
+function fmt(value, digits = 0) {
+  if (!Number.isFinite(value)) return '–';
+  if (Math.abs(value) >= 1000) return `${(value / 1000).toFixed(1)}k`;
+  return value.toFixed(digits);
+}
+
+/**
+ * One row per (engine, target): medians of native and upstream, the ratio and whether the
+ * target is met. `results[engine][workload][impl]` is a list of per-round results.
+ */
+function rows(results) {
+  const out = [];
+  for (const [engine, byWorkload] of Object.entries(results)) {
+    for (const [key, spec] of Object.entries(TARGETS)) {
+      const workload = spec.workload ?? key;
+      const runs = byWorkload[workload];
+      if (!runs) continue;
+      const nativeValue = median((runs.native ?? []).map((r) => r[spec.metric]));
+      const upstreamValue = median((runs.upstream ?? []).map((r) => r[spec.metric]));
+      const ratio = nativeValue / upstreamValue;
+      let goal = '';
+      let met;
+      if (spec.absolute?.[engine] !== undefined) {
+        goal = `≤ ${spec.absolute[engine]} ms`;
+        met = nativeValue <= spec.absolute[engine];
+      } else if (spec.target?.[engine] !== undefined) {
+        const t = spec.target[engine];
+        goal = spec.lowerIsBetter ? `≤ 1/${Math.round(1 / t)}` : `≥ ${t}×`;
+        met = spec.lowerIsBetter ? ratio <= t : ratio >= t;
+      }
+      if (engine === 'sqlite') {
+        goal = '';
+        met = undefined;
+      }
+      out.push({ engine, label: spec.label, nativeValue, upstreamValue, ratio, goal, met, digits: spec.metric === 'p50' ? 2 : spec.lowerIsBetter ? 1 : 0 });
+    }
+  }
+  return out;
+}
+
+function markdown(results, extras, machine) {
+  const lines = [
+    '# Benchmark report',
+    '',
+    `${machine}`,
+    '',
+    '| engine | workload | native | upstream | native ÷ upstream | target | met |',
+    '|---|---|---|---|---|---|---|',
+  ];
+  for (const r of rows(results)) {
+    const ratio = Number.isFinite(r.ratio) ? `${r.ratio.toFixed(r.ratio < 1 ? 2 : 1)}×` : '–';
+    const met = r.met === undefined ? '' : r.met ? 'yes' : '**no**';
+    lines.push(
+      `| ${ENGINE_LABEL[r.engine]} | ${r.label} | ${fmt(r.nativeValue, r.digits)} | ${fmt(r.upstreamValue, r.digits)} | ${ratio} | ${r.goal} | ${met} |`,
+    );
+  }
+  for (const extra of extras) lines.push('', ...extra);
+  return `${lines.join('\n')}\n`;
+}
+
+/** A horizontal bar chart of the ratios (log scale), one bar per engine and workload. */
+function svg(results) {
+  const data = rows(results).filter((r) => Number.isFinite(r.ratio) && r.engine !== 'sqlite');
+  const barHeight = 18;
+  const left = 330;
+  const width = 900;
+  const height = 40 + data.length * (barHeight + 6);
+  const scale = (ratio) => {
+    const logMin = Math.log10(0.05);
+    const logMax = Math.log10(200);
+    return ((Math.log10(Math.min(200, Math.max(0.05, ratio))) - logMin) / (logMax - logMin)) * (width - left - 20);
+  };
+  const parts = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="12">`,
+    `<rect width="100%" height="100%" fill="white"/>`,
+    `<text x="10" y="18" font-size="14" font-weight="bold">native ÷ upstream (log scale; right of the 1× line is better; CPU and wake-up inverted)</text>`,
+  ];
+  const x1 = left + scale(1);
+  parts.push(`<line x1="${x1}" y1="26" x2="${x1}" y2="${height - 4}" stroke="#888" stroke-dasharray="3,3"/>`);
+  data.forEach((r, i) => {
+    const y = 32 + i * (barHeight + 6);
+    const better = TARGETSIsLower(r.label) ? 1 / r.ratio : r.ratio;
+    const w = Math.max(1, scale(better));
+    const color = r.met === false ? '#d9534f' : '#2c7fb8';
+    parts.push(`<text x="10" y="${y + 13}">${ENGINE_LABEL[r.engine]} · ${escape(r.label)}</text>`);
+    parts.push(`<rect x="${left}" y="${y}" width="${w}" height="${barHeight}" fill="${color}"/>`);
+    parts.push(`<text x="${left + w + 4}" y="${y + 13}">${better.toFixed(better < 1 ? 2 : 1)}×</text>`);
+  });
+  parts.push('</svg>');
+  return `${parts.join('\n')}\n`;
+}
+
+function TARGETSIsLower(label) {
+  return Object.values(TARGETS).some((t) => t.label === label && t.lowerIsBetter);
+}
+
+function escape(text) {
+  return text.replace(/&/g, '&amp;').replace(/</g, '&lt;');
+}
+
+module.exports = { markdown, svg, median, rows };

@@ -1,0 +1,45 @@
+'use strict';
+
+const { performance } = require('node:perf_hooks');
+const { setTimeout: sleep } = require('node:timers/promises');
+const { Envelope } = require('@schally/nestjs-messenger');
+const { BenchMessage } = require('../message');
+
+function percentile(sorted, p) {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+}
+
+/**
+ * B4: a consumer idles on an empty queue; `count` messages are sent 10 ms apart by another
+ * transport instance; the time from send() to the message being yielded, p50 and p99.
+ */
+async function wake({ makeTransport, count = 300, gapMs = 10 }) {
+  const consumer = makeTransport();
+  const producer = makeTransport();
+  await producer.send(new Envelope(new BenchMessage('warm-up')));
+  const latencies = [];
+  const controller = new AbortController();
+  const consuming = (async () => {
+    for await (const envelope of consumer.get(controller.signal)) {
+      const { sentAt, id } = envelope.message;
+      if (id !== 'warm-up') latencies.push(performance.now() - sentAt);
+      await consumer.ack(envelope);
+      if (latencies.length === count) break;
+    }
+  })();
+  await sleep(500); // idle: the consumer has drained the warm-up and waits
+  for (let i = 0; i < count; i += 1) {
+    await producer.send(new Envelope(new BenchMessage(`w-${i}`, performance.now())));
+    await sleep(gapMs);
+  }
+  const deadline = setTimeout(() => controller.abort(), 10000);
+  await consuming;
+  clearTimeout(deadline);
+  controller.abort();
+  await Promise.all([consumer.close(), producer.close()]);
+  if (latencies.length !== count) throw new Error(`woke for ${latencies.length} of ${count}`);
+  latencies.sort((a, b) => a - b);
+  return { p50: percentile(latencies, 50), p99: percentile(latencies, 99) };
+}
+
+module.exports = { wake };

@@ -1,0 +1,153 @@
+//! Write-behind acks: an ack is recorded at once (a sync call from JavaScript, no thread hop)
+//! and its delete is written by a background flusher, together with every ack that arrived
+//! meanwhile: one statement/pipeline per flush, so a sequential worker's acks are group
+//! committed. `flush()` waits until every recorded ack is written; close(), list(), find() and
+//! getMessageCount() call it first. A crash before a flush costs a redelivery (after the
+//! redelivery timeout or claim idle time), never a loss.
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// Largest batch one flush writes.
+const MAX_FLUSH: usize = 1000;
+/// Pause before retrying a failed flush.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+#[derive(Default)]
+struct State {
+    pending: Vec<String>,
+    writing: usize,
+    /// The last flush failure, reported to the next `flush()` caller.
+    error: Option<Error>,
+}
+
+pub struct WriteBehind {
+    engine: Arc<dyn Engine>,
+    state: Arc<Mutex<State>>,
+    work: Arc<Notify>,
+    idle: Arc<Notify>,
+    flusher: OnceLock<()>,
+    stop: CancellationToken,
+}
+
+impl WriteBehind {
+    pub fn new(engine: Arc<dyn Engine>) -> Self {
+        Self {
+            engine,
+            state: Arc::default(),
+            work: Arc::new(Notify::new()),
+            idle: Arc::new(Notify::new()),
+            flusher: OnceLock::new(),
+            stop: CancellationToken::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records an ack; needs a runtime context (the flusher starts on first use).
+    pub fn push(&self, id: String) {
+        self.lock().pending.push(id);
+        self.flusher.get_or_init(|| {
+            let flusher = Flusher {
+                engine: self.engine.clone(),
+                state: self.state.clone(),
+                work: self.work.clone(),
+                idle: self.idle.clone(),
+                stop: self.stop.clone(),
+            };
+            tokio::spawn(flusher.run());
+        });
+        self.work.notify_one();
+    }
+
+    /// Waits until every ack recorded so far is written, or reports why the last write failed
+    /// (those acks stay recorded and are retried).
+    pub async fn flush(&self) -> Result<()> {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            {
+                let mut state = self.lock();
+                if let Some(error) = state.error.take() {
+                    return Err(error);
+                }
+                if state.pending.is_empty() && state.writing == 0 {
+                    return Ok(());
+                }
+            }
+            self.work.notify_one();
+            idle.await;
+        }
+    }
+}
+
+impl Drop for WriteBehind {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+struct Flusher {
+    engine: Arc<dyn Engine>,
+    state: Arc<Mutex<State>>,
+    work: Arc<Notify>,
+    idle: Arc<Notify>,
+    stop: CancellationToken,
+}
+
+impl Flusher {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn run(self) {
+        loop {
+            tokio::select! {
+                _ = self.work.notified() => {}
+                _ = self.stop.cancelled() => return,
+            }
+            self.write_all().await;
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Writes what is recorded, batch after batch; on failure puts the batch back, records
+    /// the error and pauses (the next ack or flush() asks again).
+    async fn write_all(&self) {
+        loop {
+            let batch: Vec<String> = {
+                let mut s = self.lock();
+                let take = s.pending.len().min(MAX_FLUSH);
+                let batch: Vec<String> = s.pending.drain(..take).collect();
+                s.writing = batch.len();
+                batch
+            };
+            if batch.is_empty() {
+                return;
+            }
+            match self.engine.delete(batch.clone()).await {
+                Ok(()) => self.lock().writing = 0,
+                Err(error) => {
+                    {
+                        let mut s = self.lock();
+                        s.writing = 0;
+                        let rest = std::mem::take(&mut s.pending);
+                        s.pending = batch;
+                        s.pending.extend(rest);
+                        s.error = Some(error);
+                    }
+                    self.idle.notify_waiters();
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    return;
+                }
+            }
+        }
+    }
+}
