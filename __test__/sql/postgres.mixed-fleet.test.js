@@ -244,6 +244,20 @@ async function startIdleConsumer(transport, kind) {
   return consumer;
 }
 
+/**
+ * Acks are write-behind by default: a row disappears a few milliseconds after its ack resolved.
+ * Waits (up to 2 s) for the queue's rows, mapped by `pick`, to equal `expected`, then asserts.
+ */
+async function expectRowsEventually(queueName, expected, pick = (rows) => rows) {
+  const deadline = Date.now() + 2000;
+  let actual = pick(await rowsOfQueue(queueName));
+  while (Date.now() < deadline && JSON.stringify(actual) !== JSON.stringify(expected)) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    actual = pick(await rowsOfQueue(queueName));
+  }
+  expect(actual).toEqual(expected);
+}
+
 async function rowsOfQueue(queueName) {
   const { rows } = await pgQuery(
     `SELECT id::text AS id, body, headers, delivered_at FROM ${TABLE} WHERE queue_name = $1 ORDER BY id`,
@@ -301,7 +315,7 @@ describe('each implementation receives what the other sent', () => {
     expect(sendableStamps(received)).toEqual(sendableStamps(envelope));
 
     await ack(receiver, received);
-    expect(await rowsOfQueue(transports.queueName)).toEqual([]);
+    await expectRowsEventually(transports.queueName, []);
   }, 15000);
 
   test.each(directions)('several messages, $title, arrive in send order and all of them', async (d) => {
@@ -317,7 +331,7 @@ describe('each implementation receives what the other sent', () => {
     expect(received.map((e) => e.message.n)).toEqual([...Array(20).keys()]);
     expect(received.map(idOf)).toEqual(sentIds);
     for (const envelope of received) await ack(receiver, envelope);
-    expect(await rowsOfQueue(transports.queueName)).toEqual([]);
+    await expectRowsEventually(transports.queueName, []);
   }, 15000);
 
   test.each(directions)(
@@ -352,7 +366,7 @@ describe('each implementation receives what the other sent', () => {
       } finally {
         await consumer.stop();
       }
-      expect(await rowsOfQueue(transports.queueName)).toEqual([]);
+      await expectRowsEventually(transports.queueName, []);
     },
     15000,
   );
@@ -401,7 +415,7 @@ describe('each implementation receives what the other sent', () => {
     expect(second.last(RedeliveryStamp).retryCount).toBe(2);
     expect(new Set([idOf(sent), idOf(copy), idOf(second)]).size).toBe(3);
     await ack(rejecter, second);
-    expect(await rowsOfQueue(transports.queueName)).toEqual([]);
+    await expectRowsEventually(transports.queueName, []);
   }, 15000);
 
   test('a rejected delayed message keeps its delay on the copy, across implementations', async () => {
@@ -450,7 +464,7 @@ describe('each implementation receives what the other sent', () => {
     expectSameMessage(recovered, envelope, { id: idOf(sent), receiverName: d.otherName });
     expect(recovered.last(RedeliveryStamp)).toBeUndefined();
     await ack(transports[d.other], recovered);
-    expect(await rowsOfQueue(transports.queueName)).toEqual([]);
+    await expectRowsEventually(transports.queueName, []);
     // The crashed side's late ack is a harmless no-op.
     await ack(transports[d.crashed], claimed);
   }, 15000);
@@ -505,7 +519,7 @@ describe('each implementation receives what the other sent', () => {
     expect(idOf(rest)).toBe(ids[2]);
     await ack(transports.ours, nativeClaimed);
     await ack(transports.up, rest);
-    expect(await rowsOfQueue(transports.queueName)).toEqual([]);
+    await expectRowsEventually(transports.queueName, []);
   }, 15000);
 
   test.each([
@@ -522,12 +536,12 @@ describe('each implementation receives what the other sent', () => {
     expect(found.message.text).toBe('remove me');
     await finder.ack(found);
 
-    expect((await rowsOfQueue(transports.queueName)).map((r) => r.id)).toEqual([idOf(keep)]);
+    await expectRowsEventually(transports.queueName, [idOf(keep)], (rows) => rows.map((r) => r.id));
     expect(await transports[d.sender].find(idOf(sent))).toBeUndefined();
     expect((await drain(transports[d.sender].list())).map(idOf)).toEqual([idOf(keep)]);
     // Idempotent: a second ack is a no-op and leaves the other row alone.
     await finder.ack(found);
-    expect((await rowsOfQueue(transports.queueName)).map((r) => r.id)).toEqual([idOf(keep)]);
+    await expectRowsEventually(transports.queueName, [idOf(keep)], (rows) => rows.map((r) => r.id));
   }, 15000);
 });
 
@@ -609,7 +623,7 @@ describe('both implementations consuming one queue at once', () => {
     expect(run.errors).toEqual([]);
     expectExactlyOnce(run.deliveries, sentIds, total);
 
-    expect(await rowsOfQueue(transports.queueName)).toEqual([]);
+    await expectRowsEventually(transports.queueName, []);
     expect(await transports.up.getMessageCount()).toBe(0);
     expect(await transports.ours.getMessageCount()).toBe(0);
   }, 40000);
@@ -633,7 +647,7 @@ describe('both implementations consuming one queue at once', () => {
     expect(run.errors).toEqual([]);
     expectExactlyOnce(run.deliveries, sentIds, total);
 
-    expect(await rowsOfQueue(transports.queueName)).toEqual([]);
+    await expectRowsEventually(transports.queueName, []);
     expect(await transports.up.getMessageCount()).toBe(0);
     expect(await transports.ours.getMessageCount()).toBe(0);
   }, 40000);
