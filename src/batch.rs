@@ -1,20 +1,29 @@
-//! Group commit: concurrent requests of one kind (acks, sends) are gathered while the previous
-//! flush runs and written together by the next one, as one statement. A lone request is
-//! flushed at once, so coalescing adds no latency when there is nothing to coalesce.
+//! Group commit: concurrent requests of one kind (sends, commit-mode acks) are gathered while
+//! the previous flush runs and written together by the next one, as one statement.
+//!
+//! There is no flusher task: the first waiter that finds no flush running becomes the leader,
+//! flushes everything queued (its own request included), and keeps leading while requests
+//! keep arriving. A lone request is thus written by its own future with no extra task hop,
+//! and coalescing adds no latency when there is nothing to coalesce.
 
 use crate::error::{Error, Result};
 use futures_util::future::BoxFuture;
-use std::sync::{Arc, OnceLock};
-use tokio::sync::{mpsc, oneshot};
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
 
 type Reply<R> = oneshot::Sender<Result<R>>;
 type FlushFn<T, R> = dyn Fn(Vec<T>) -> BoxFuture<'static, Result<Vec<R>>> + Send + Sync;
+
+struct Shared<T, R> {
+    queued: Vec<(T, Reply<R>)>,
+    flushing: bool,
+}
 
 /// Coalesces requests of type `T` answered by `R`, at most `max_batch` per flush.
 pub struct Coalescer<T, R> {
     flush: Arc<FlushFn<T, R>>,
     max_batch: usize,
-    sender: OnceLock<mpsc::UnboundedSender<(T, Reply<R>)>>,
+    shared: Arc<Mutex<Shared<T, R>>>,
 }
 
 impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
@@ -26,7 +35,10 @@ impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
         Self {
             flush: Arc::new(flush),
             max_batch: max_batch.max(1),
-            sender: OnceLock::new(),
+            shared: Arc::new(Mutex::new(Shared {
+                queued: Vec::new(),
+                flushing: false,
+            })),
         }
     }
 
@@ -36,41 +48,90 @@ impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
     }
 
     /// Queues one request now (so requests keep the order of the calls that made them) and
-    /// returns the wait for its answer. Needs a runtime context on first use.
+    /// returns the wait for its answer.
     pub fn enqueue(
         &self,
         item: T,
     ) -> Result<impl std::future::Future<Output = Result<R>> + Send + 'static> {
-        let (reply, answer) = oneshot::channel();
-        self.sender()
-            .send((item, reply))
-            .map_err(|_| Error::closed("The transport's writer has stopped."))?;
+        let (reply, mut answer) = oneshot::channel();
+        lock(&self.shared).queued.push((item, reply));
+        let shared = self.shared.clone();
+        let flush = self.flush.clone();
+        let max_batch = self.max_batch;
         Ok(async move {
-            answer
-                .await
-                .map_err(|_| Error::transport("The transport's writer stopped before answering."))?
-        })
-    }
-
-    // The flusher task is spawned on first use so that construction needs no runtime.
-    fn sender(&self) -> &mpsc::UnboundedSender<(T, Reply<R>)> {
-        self.sender.get_or_init(|| {
-            let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(run_flusher(rx, self.flush.clone(), self.max_batch));
-            tx
+            let lead = {
+                let mut s = lock(&shared);
+                !s.flushing && !s.queued.is_empty() && {
+                    s.flushing = true;
+                    true
+                }
+            };
+            if lead {
+                let mut guard = Leader {
+                    shared,
+                    flush,
+                    max_batch,
+                    finished: false,
+                };
+                lead_flushes(&guard.shared, guard.flush.as_ref(), max_batch).await;
+                guard.finished = true;
+            }
+            match answer.try_recv() {
+                Ok(result) => result,
+                Err(oneshot::error::TryRecvError::Empty) => answer.await.map_err(|_| {
+                    Error::transport("The transport's writer stopped before answering.")
+                })?,
+                Err(oneshot::error::TryRecvError::Closed) => Err(Error::transport(
+                    "The transport's writer stopped before answering.",
+                )),
+            }
         })
     }
 }
 
-async fn run_flusher<T, R>(
-    mut rx: mpsc::UnboundedReceiver<(T, Reply<R>)>,
+/// The lead, held by a waiter's future. If that future is dropped while leading, the lead
+/// passes to a task of its own so the requests queued behind it are still written.
+struct Leader<T: Send + 'static, R: Send + 'static> {
+    shared: Arc<Mutex<Shared<T, R>>>,
     flush: Arc<FlushFn<T, R>>,
     max_batch: usize,
-) {
-    let mut batch = Vec::with_capacity(max_batch);
-    // recv_many returns at once with whatever is queued (at least one), up to the limit.
-    while rx.recv_many(&mut batch, max_batch).await > 0 {
-        let (items, replies): (Vec<T>, Vec<Reply<R>>) = batch.drain(..).unzip();
+    finished: bool,
+}
+
+impl<T: Send + 'static, R: Send + 'static> Drop for Leader<T, R> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let (shared, flush, max_batch) = (self.shared.clone(), self.flush.clone(), self.max_batch);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime
+                    .spawn(async move { lead_flushes(&shared, flush.as_ref(), max_batch).await });
+            }
+            Err(_) => lock(&shared).flushing = false,
+        }
+    }
+}
+
+fn lock<T, R>(shared: &Mutex<Shared<T, R>>) -> std::sync::MutexGuard<'_, Shared<T, R>> {
+    shared.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Flushes batch after batch until nothing is queued, then gives up the lead (under the same
+/// lock that enqueuers take, so no request is left without a leader).
+async fn lead_flushes<T, R>(shared: &Mutex<Shared<T, R>>, flush: &FlushFn<T, R>, max_batch: usize) {
+    loop {
+        let batch: Vec<(T, Reply<R>)> = {
+            let mut s = lock(shared);
+            if s.queued.is_empty() {
+                s.flushing = false;
+                return;
+            }
+            let take = s.queued.len().min(max_batch);
+            s.queued.drain(..take).collect()
+        };
+        let (items, replies): (Vec<T>, Vec<Reply<R>>) = batch.into_iter().unzip();
         let count = items.len();
         match flush(items).await {
             Ok(results) if results.len() == count => {
@@ -129,13 +190,21 @@ mod tests {
 
     #[tokio::test]
     async fn enqueued_requests_keep_their_call_order_within_a_batch() {
-        let coalescer = Coalescer::new(1000, |items: Vec<u32>| {
+        let batches = Arc::new(Mutex::new(Vec::new()));
+        let seen = batches.clone();
+        let coalescer = Coalescer::new(1000, move |items: Vec<u32>| {
+            seen.lock().unwrap().push(items.clone());
             Box::pin(async move { Ok(items) }) as BoxFuture<'static, Result<Vec<u32>>>
         });
         let waits: Vec<_> = (0..50u32).map(|i| coalescer.enqueue(i).unwrap()).collect();
-        for (i, wait) in waits.into_iter().enumerate() {
-            assert_eq!(wait.await.unwrap(), i as u32);
+        // Awaited in reverse: whichever future leads, the rows keep the call order.
+        let mut waits = waits;
+        waits.reverse();
+        for (k, wait) in waits.into_iter().enumerate() {
+            assert_eq!(wait.await.unwrap(), 49 - k as u32);
         }
+        let flat: Vec<u32> = batches.lock().unwrap().concat();
+        assert_eq!(flat, (0..50).collect::<Vec<_>>());
     }
 
     #[tokio::test]
@@ -146,5 +215,16 @@ mod tests {
         });
         let err = coalescer.submit(1).await.unwrap_err();
         assert_eq!(err.message, "down");
+    }
+
+    #[tokio::test]
+    async fn a_dropped_waiter_does_not_strand_the_others() {
+        let coalescer = Coalescer::new(10, |items: Vec<u32>| {
+            Box::pin(async move { Ok(items) }) as BoxFuture<'static, Result<Vec<u32>>>
+        });
+        let first = coalescer.enqueue(1).unwrap();
+        let second = coalescer.enqueue(2).unwrap();
+        drop(first);
+        assert_eq!(second.await.unwrap(), 2);
     }
 }

@@ -59,6 +59,17 @@ function freshTable(prefix) {
   return name;
 }
 
+/** Acks are write-behind by default: waits (up to 2 s) until the queue has no row left. */
+async function expectNoRowsEventually(table, queueName) {
+  const deadline = Date.now() + 2000;
+  let left = await rows(table, queueName);
+  while (left.length > 0 && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    left = await rows(table, queueName);
+  }
+  expect(left).toHaveLength(0);
+}
+
 async function rows(table, queueName) {
   const result = await pgQuery(
     `SELECT id::text AS id, queue_name, body, headers, delivered_at FROM ${table} WHERE queue_name = $1 ORDER BY id`,
@@ -314,7 +325,7 @@ describe('misuse and close()', () => {
     const error = await rejectionOf(t.send(envelopeOf('late')));
     expect(error).toBeInstanceOf(TransportError);
     expect(error.message).toBe('Cannot send on a SQL transport that is closing or closed.');
-    expect(await rows(TABLE, queues[queues.length - 1])).toHaveLength(0);
+    await expectNoRowsEventually(TABLE, queues[queues.length - 1]);
   });
 
   it('refuses to send while close() waits for an in-flight message', async () => {
@@ -406,7 +417,7 @@ describe('schema life cycle', () => {
     expect(idOf(again)).toBe('1');
     expect(again.message).toEqual(new TestMessage('after-drop'));
     await t.ack(again);
-    expect(await rows(table, queueName)).toHaveLength(0);
+    await expectNoRowsEventually(table, queueName);
 
     expect(await settleWithin(t.close(), 3000)).toEqual({ value: undefined });
   });
@@ -431,7 +442,7 @@ describe('schema life cycle', () => {
     expect(idOf(again)).toBe('1');
     expect(again.message).toEqual(new TestMessage('healed'));
     await t.ack(again);
-    expect(await rows(table, queueName)).toHaveLength(0);
+    await expectNoRowsEventually(table, queueName);
     expect(await settleWithin(t.close(), 3000)).toEqual({ value: undefined });
   });
 
@@ -515,7 +526,7 @@ describe('poison rows', () => {
     expect(remaining?.map((r) => r.id)).toEqual([idOf(good)]);
 
     await t.ack(received[0]);
-    expect(await rows(TABLE, queueName)).toHaveLength(0);
+    await expectNoRowsEventually(TABLE, queueName);
   });
 
   it('list() and find() skip undecodable rows without deleting them', async () => {
@@ -631,7 +642,7 @@ describe('payloads and storage format', () => {
     expect(await t.getMessageCount()).toBe(0);
     expect((await collect(t.list())).map(idOf)).toEqual([idOf(sent)]);
     await t.ack(sent);
-    expect(await rows(TABLE, queueName)).toHaveLength(0);
+    await expectNoRowsEventually(TABLE, queueName);
   });
 
   it('decodes rows written in the upstream form by another writer', async () => {
@@ -705,7 +716,7 @@ describe('crash recovery and prefetch', () => {
     expect(second.message).toEqual(new TestMessage('orphan', 'data'));
     expect(second.last(RedeliveryStamp)).toBeUndefined();
     await reaper.ack(second);
-    expect(await rows(TABLE, queueName)).toHaveLength(0);
+    await expectNoRowsEventually(TABLE, queueName);
 
     // The "crashed" instance's late ack is a harmless no-op, and lets it close.
     await crashed.ack(first);
@@ -741,7 +752,7 @@ describe('crash recovery and prefetch', () => {
     expect(rest.map(idOf)).toEqual(ids.slice(1));
     for (const e of rest) await other.ack(e);
     await t.ack(first);
-    expect(await rows(TABLE, queueName)).toHaveLength(0);
+    await expectNoRowsEventually(TABLE, queueName);
   });
 
   it('releases prefetched rows on close()', async () => {
@@ -996,7 +1007,7 @@ describe('get() and close()', () => {
     }
     expect(copy.last(RedeliveryStamp).retryCount).toBe(1);
     await t.ack(copy);
-    expect(await rows(TABLE, queueName)).toHaveLength(0);
+    await expectNoRowsEventually(TABLE, queueName);
     expect(await settleWithin(t.close(), 3000)).toEqual({ value: undefined });
   });
 });

@@ -114,8 +114,9 @@ pub struct RedisQueue {
     shared: Arc<RedisShared>,
     config: StreamConfig,
     wake: Arc<WakeSignal>,
-    /// This consumer's connection for blocking reads.
-    blocking: tokio::sync::Mutex<Option<Conn>>,
+    /// This consumer's connection for blocking reads, and its `CLIENT ID` on a single node
+    /// (so a block can be ended early with `CLIENT UNBLOCK` instead of dropping the connection).
+    blocking: tokio::sync::Mutex<Option<(Conn, Option<i64>)>>,
     /// Entries a blocking read returned, handed out by the next claim.
     stash: Mutex<Vec<StoredMessage>>,
     /// Ids handed to JavaScript and not settled yet (excluded when re-reading our own PEL).
@@ -371,22 +372,18 @@ impl RedisQueue {
         if let Some(due) = next_due {
             block = block.min(due);
         }
-        let block_ms = block.as_millis().max(1) as u64;
         let mut guard = self.blocking.lock().await;
-        if guard.is_none() {
-            let made = tokio::time::timeout(
-                self.shared.connect_timeout,
-                self.shared
-                    .target
-                    .blocking_connection(self.shared.connect_timeout),
-            )
-            .await
-            .map_err(|_| self.shared.no_answer("read"))?
-            .map_err(|e| self.err("read", &e))?;
-            *guard = Some(made);
-        }
-        let Some(conn) = guard.as_mut() else {
-            return Ok(WaitOutcome::TimedOut);
+        let (mut conn, client_id) = match guard.take() {
+            Some(open) => open,
+            None => self.open_blocking().await?,
+        };
+        // Redis times blocked reads out on its own coarse tick (100 ms at the default hz), so
+        // where the block can be ended on demand, our timer ends it on time and the server's
+        // timeout is only a backstop.
+        let server_block = if client_id.is_some() {
+            block + Duration::from_secs(1)
+        } else {
+            block
         };
         let mut read = redis::cmd("XREADGROUP");
         read.arg("GROUP")
@@ -395,40 +392,99 @@ impl RedisQueue {
             .arg("COUNT")
             .arg(limit)
             .arg("BLOCK")
-            .arg(block_ms)
+            .arg(server_block.as_millis().max(1) as u64)
             .arg("STREAMS")
             .arg(&self.config.stream)
             .arg(">");
-        let outcome = tokio::select! {
-            reply = read.query_async::<Value>(conn) => reply,
-            _ = cancel.cancelled() => {
-                // The block may already have claimed entries for us: drop this connection
-                // and re-read our own pending entries on the next claim.
-                *guard = None;
+        let (reply, cancelled) = {
+            let reading = read.query_async::<Value>(&mut conn);
+            tokio::pin!(reading);
+            tokio::select! {
+                reply = &mut reading => (Some(reply), false),
+                _ = tokio::time::sleep(block), if client_id.is_some() => (Some(self.unblock(client_id, &mut reading).await), false),
+                _ = cancel.cancelled() => match client_id {
+                    Some(_) => (Some(self.unblock(client_id, &mut reading).await), true),
+                    // No way to end the block early: the connection is dropped below.
+                    None => (None, true),
+                },
+            }
+        };
+        let outcome = match reply {
+            None => {
+                // Entries the abandoned block may have claimed are re-read from our own
+                // pending list by the next claim.
                 self.recover_own.store(true, Ordering::Release);
                 return Ok(WaitOutcome::Cancelled);
             }
-        };
-        match outcome {
-            Ok(reply) => {
+            Some(Ok(reply)) => {
+                *guard = Some((conn, client_id));
+                drop(guard);
                 let entries = parse_read_reply(reply);
                 if entries.is_empty() {
-                    return Ok(WaitOutcome::TimedOut);
+                    Ok(WaitOutcome::TimedOut)
+                } else {
+                    let messages = self.accept_entries(entries).await?;
+                    self.stash
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .extend(messages);
+                    Ok(WaitOutcome::Woken)
                 }
-                drop(guard);
-                let messages = self.accept_entries(entries).await?;
-                self.stash
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .extend(messages);
-                Ok(WaitOutcome::Woken)
             }
-            Err(e) => {
-                *guard = None;
+            // The stream key went away under the block (deleted, or its slot migrated): not an
+            // error of the consumer's; the next claim finds out where things stand.
+            Some(Err(e)) if e.to_string().contains("UNBLOCKED") => {
+                *guard = Some((conn, client_id));
+                Ok(WaitOutcome::TimedOut)
+            }
+            Some(Err(e)) => {
                 self.recover_own.store(true, Ordering::Release);
                 Err(self.err("read", &e))
             }
+        };
+        if cancelled {
+            return outcome.map(|_| WaitOutcome::Cancelled);
         }
+        outcome
+    }
+
+    async fn open_blocking(&self) -> Result<(Conn, Option<i64>)> {
+        let timeout = self.shared.connect_timeout;
+        let mut conn =
+            tokio::time::timeout(timeout, self.shared.target.blocking_connection(timeout))
+                .await
+                .map_err(|_| self.shared.no_answer("read"))?
+                .map_err(|e| self.err("read", &e))?;
+        let client_id = match conn {
+            Conn::Cluster(_) => None,
+            _ => redis::cmd("CLIENT")
+                .arg("ID")
+                .query_async::<i64>(&mut conn)
+                .await
+                .ok(),
+        };
+        Ok((conn, client_id))
+    }
+
+    /// Ends our blocked read now (`CLIENT UNBLOCK … TIMEOUT` from the command connection) and
+    /// takes its reply: nil, or entries that arrived just before.
+    async fn unblock<F>(
+        &self,
+        client_id: Option<i64>,
+        reading: &mut std::pin::Pin<&mut F>,
+    ) -> redis::RedisResult<Value>
+    where
+        F: std::future::Future<Output = redis::RedisResult<Value>>,
+    {
+        if let (Some(id), Ok(mut conn)) = (client_id, self.shared.conn("read").await) {
+            let _ = redis::cmd("CLIENT")
+                .arg("UNBLOCK")
+                .arg(id)
+                .arg("TIMEOUT")
+                .query_async::<Value>(&mut conn)
+                .await;
+        }
+        reading.await
     }
 }
 

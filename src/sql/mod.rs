@@ -132,6 +132,9 @@ pub fn driver_error(
     .redacted(secrets)
 }
 
+/// Connections per pool (per process and DSN).
+pub const MAX_POOL_CONNECTIONS: u32 = 10;
+
 /// The error for a server that accepted no connection within the connect timeout.
 pub fn no_answer(engine: Dialect, op: &str, timeout: Duration, secrets: &[String]) -> Error {
     driver_error(
@@ -147,6 +150,10 @@ pub fn no_answer(engine: Dialect, op: &str, timeout: Duration, secrets: &[String
 }
 
 /// Runs `attempt` up to three times while it fails transiently: 100 ms, then 200 ms, ±10%.
+/// A connection the server dropped while it sat in the pool (an I/O error, or the backend's
+/// parting "terminating connection" error) fails the first statement sent on it, which never
+/// ran: the attempt is repeated at once on another connection, as many times as the pool may
+/// hold dead ones. A pool timeout is not repeated (the server is down: report it).
 pub async fn with_transient_retry<T, F, Fut>(
     classify: impl Fn(&sqlx::Error) -> Failure,
     mut attempt: F,
@@ -157,9 +164,19 @@ where
 {
     let mut delay_ms = 100.0_f64;
     let mut tries = 0;
+    let mut stale = 0;
     loop {
         tries += 1;
         match attempt().await {
+            Err(err)
+                if stale < MAX_POOL_CONNECTIONS
+                    && classify(&err) == Failure::Connection
+                    && !matches!(err, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed) =>
+            {
+                stale += 1;
+                tries -= 1;
+                continue;
+            }
             Err(err) if tries < 3 && classify(&err) == Failure::Transient => {
                 let jitter = 0.9 + 0.2 * pseudo_random_unit();
                 tokio::time::sleep(Duration::from_micros((delay_ms * jitter * 1000.0) as u64))

@@ -56,7 +56,10 @@ impl MySqlShared {
             .charset("utf8mb4")
             .disable_statement_logging();
         let pool = MySqlPoolOptions::new()
-            .max_connections(10)
+            .max_connections(super::MAX_POOL_CONNECTIONS)
+            // A ping before every use would double the round trips; a broken connection is
+            // retried instead (see with_transient_retry).
+            .test_before_acquire(false)
             .min_connections(0)
             .acquire_timeout(connect_timeout)
             .idle_timeout(Duration::from_secs(60))
@@ -332,6 +335,56 @@ impl MySqlQueue {
         Ok(Some(done.last_insert_id().to_string()))
     }
 
+    /// One attempt at storing a batch: one autocommit statement when it fits one packet,
+    /// else one transaction over several (a send never half-succeeds).
+    async fn insert_once(
+        &self,
+        messages: &[NewMessage],
+        ranges: &[std::ops::Range<usize>],
+        step: u64,
+    ) -> std::result::Result<Vec<String>, sqlx::Error> {
+        let ids_of =
+            |first: u64, rows: usize| (0..rows as u64).map(move |i| (first + i * step).to_string());
+        let mut ids = Vec::with_capacity(messages.len());
+        if let [range] = ranges {
+            let chunk = &messages[range.clone()];
+            let sql = self.sql.insert(chunk.len());
+            let done = self
+                .bind_rows(&sql, chunk)
+                .execute(&self.shared.pool)
+                .await?;
+            ids.extend(ids_of(done.last_insert_id(), chunk.len()));
+            return Ok(ids);
+        }
+        let mut tx = self.shared.pool.begin().await?;
+        for range in ranges {
+            let chunk = &messages[range.clone()];
+            let sql = self.sql.insert(chunk.len());
+            let done = self.bind_rows(&sql, chunk).execute(&mut *tx).await?;
+            ids.extend(ids_of(done.last_insert_id(), chunk.len()));
+        }
+        tx.commit().await?;
+        Ok(ids)
+    }
+
+    /// The multi-row INSERT for `chunk`. A multi-row insert gets consecutive ids from the first
+    /// one (InnoDB allocates a simple insert's values at once), spaced by the increment.
+    fn bind_rows<'q>(
+        &'q self,
+        sql: &'q str,
+        chunk: &'q [NewMessage],
+    ) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+        let mut query = sqlx::query(sql).persistent(chunk.len() <= 8);
+        for m in chunk {
+            query = query
+                .bind(&self.config.queue)
+                .bind(&m.body)
+                .bind(&m.headers)
+                .bind((m.delay_ms * 1000.0).round() as i64);
+        }
+        query
+    }
+
     /// Splits a batch so that no statement exceeds `max_allowed_packet`; a single message that
     /// cannot fit is refused before anything is written.
     fn packets(&self, messages: &[NewMessage]) -> Result<Vec<std::ops::Range<usize>>> {
@@ -426,31 +479,9 @@ impl Engine for MySqlQueue {
             self.ready("send").await?;
             let ranges = self.packets(&messages)?;
             let step = self.shared.id_step.load(Ordering::Relaxed);
-            let run = async {
-                // Several packets of one batch commit together: a send never half-succeeds.
-                let mut tx = self.shared.pool.begin().await?;
-                let mut ids = Vec::with_capacity(messages.len());
-                for range in ranges {
-                    let chunk = &messages[range];
-                    let sql = self.sql.insert(chunk.len());
-                    let mut query = sqlx::query(&sql).persistent(chunk.len() <= 8);
-                    for m in chunk {
-                        query = query
-                            .bind(&self.config.queue)
-                            .bind(&m.body)
-                            .bind(&m.headers)
-                            .bind((m.delay_ms * 1000.0).round() as i64);
-                    }
-                    let done = query.execute(&mut *tx).await?;
-                    // A multi-row insert gets consecutive ids from the first one (InnoDB
-                    // allocates a simple insert's values at once), spaced by the increment.
-                    let first = done.last_insert_id();
-                    ids.extend((0..chunk.len() as u64).map(|i| (first + i * step).to_string()));
-                }
-                tx.commit().await?;
-                Ok::<_, sqlx::Error>(ids)
-            };
-            run.await.map_err(|e| self.err("send", e))
+            with_transient_retry(classify, || self.insert_once(&messages, &ranges, step))
+                .await
+                .map_err(|e| self.err("send", e))
         })
     }
 

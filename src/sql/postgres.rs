@@ -45,13 +45,19 @@ impl PgShared {
             })?
             .disable_statement_logging();
         let pool = PgPoolOptions::new()
-            .max_connections(10)
+            .max_connections(super::MAX_POOL_CONNECTIONS)
+            // A ping before every use would double the round trips; a broken connection is
+            // retried instead (see with_transient_retry).
+            .test_before_acquire(false)
             .min_connections(0)
             .acquire_timeout(connect_timeout)
             .idle_timeout(Duration::from_secs(60))
             .connect_lazy_with(options.clone());
         let listener_pool = PgPoolOptions::new()
             .max_connections(1)
+            // A ping before every use would double the round trips; a broken connection is
+            // retried instead (see with_transient_retry).
+            .test_before_acquire(false)
             .acquire_timeout(connect_timeout)
             .idle_timeout(None)
             .connect_lazy_with(options.clone());
@@ -342,15 +348,17 @@ impl Engine for PostgresQueue {
                 headers.push(m.headers);
                 delays.push(m.delay_ms);
             }
-            let rows = sqlx::query(&self.sql.insert)
-                .bind(&self.config.queue)
-                .bind(&bodies)
-                .bind(&headers)
-                .bind(&delays)
-                .bind(&self.config.table)
-                .fetch_all(&self.shared.pool)
-                .await
-                .map_err(|e| self.err("send", e))?;
+            let rows = with_transient_retry(classify, || {
+                sqlx::query(&self.sql.insert)
+                    .bind(&self.config.queue)
+                    .bind(&bodies)
+                    .bind(&headers)
+                    .bind(&delays)
+                    .bind(&self.config.table)
+                    .fetch_all(&self.shared.pool)
+            })
+            .await
+            .map_err(|e| self.err("send", e))?;
             let mut ids = Vec::with_capacity(rows.len());
             for row in &rows {
                 ids.push(

@@ -97,6 +97,9 @@ impl SqliteShared {
             };
             let pool = SqlitePoolOptions::new()
                 .max_connections(4)
+                // A ping before every use would double the round trips; a broken connection is
+                // retried instead (see with_transient_retry).
+                .test_before_acquire(false)
                 .min_connections(min_connections)
                 .acquire_timeout(busy_timeout.max(Duration::from_secs(1)))
                 .idle_timeout(if min_connections > 0 {
