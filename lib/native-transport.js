@@ -6,7 +6,7 @@ const {
   TransportError,
   TransportMessageIdStamp,
 } = require('@schally/nestjs-messenger');
-const { native } = require('./errors');
+const { native, nativeSync } = require('./errors');
 const { SettleTracker } = require('./settle-tracker');
 const { encodeEnvelope, decodeStored } = require('./envelope-codec');
 
@@ -53,7 +53,10 @@ class NativeTransport {
       throw new TransportError(`Cannot send on a ${this.#label} transport that is closing or closed.`);
     }
     const { body, headers, delayMs } = encodeEnvelope(this.#serializer, envelope);
-    const id = await this.#settles.track(native(this.#queue.send(body, headers, delayMs)));
+    // Queued synchronously (sends keep their call order); a message the storage is known to
+    // refuse throws here, before anything is written.
+    const sending = nativeSync(() => this.#queue.send(body, headers, delayMs));
+    const id = await this.#settles.track(native(sending));
     return envelope.with(new TransportMessageIdStamp(id));
   }
 

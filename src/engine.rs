@@ -32,6 +32,11 @@ pub trait Engine: Send + Sync {
     fn wake_signal(&self) -> Arc<WakeSignal>;
     /// Creates what the queue needs (table and index, consumer group) if missing.
     fn setup(&self) -> BoxFuture<'_, Result<()>>;
+    /// Refuses, before it is queued, a message the storage is known to be unable to take, so
+    /// that it fails alone instead of failing the batch it would be written with.
+    fn check_message(&self, _message: &NewMessage) -> Result<()> {
+        Ok(())
+    }
     /// Stores a batch; returns the new ids in input order.
     fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>>;
     /// Claims up to `limit` due messages, oldest first, without waiting.

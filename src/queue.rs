@@ -161,6 +161,7 @@ impl Queue {
         message: NewMessage,
     ) -> Result<impl std::future::Future<Output = Result<String>> + Send + 'static> {
         self.guard_open("send")?;
+        self.engine.check_message(&message)?;
         self.sends.enqueue(message)
     }
 

@@ -6,7 +6,7 @@
 //! redelivery timeout or claim idle time), never a loss.
 
 use crate::engine::Engine;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -134,6 +134,9 @@ impl Flusher {
             }
             match self.engine.delete(batch.clone()).await {
                 Ok(()) => self.lock().writing = 0,
+                // The table (or stream group) is gone, and the rows with it: nothing is left to
+                // delete. Retrying by id later could delete a new row that reuses an id.
+                Err(error) if error.kind == ErrorKind::NotFound => self.lock().writing = 0,
                 Err(error) => {
                     {
                         let mut s = self.lock();

@@ -73,9 +73,18 @@ pub fn id_list(ids: &[i64]) -> String {
     format!("({})", joined.join(","))
 }
 
+/// A row id as an integer: decimal digits only (no sign, as upstream's `/^\d+$/`), in range.
+pub fn row_id(id: &str) -> Option<i64> {
+    if crate::ident::is_decimal_id(id) {
+        id.parse().ok()
+    } else {
+        None
+    }
+}
+
 /// Row ids as integers; an id that is not one cannot be in a table and is skipped.
 pub fn numeric_ids(ids: &[String]) -> Vec<i64> {
-    ids.iter().filter_map(|id| id.parse().ok()).collect()
+    ids.iter().filter_map(|id| row_id(id)).collect()
 }
 
 /// The options an engine needs besides its DSN.

@@ -5,8 +5,8 @@
 
 use super::shared::{FirstContact, Targets};
 use super::{
-    driver_error, id_list, idle_wait, no_answer, numeric_ids, with_transient_retry, Capabilities,
-    Engine, Failure, NewMessage, QueueConfig, SqlWaits, StoredMessage,
+    driver_error, id_list, idle_wait, no_answer, numeric_ids, row_id, with_transient_retry,
+    Capabilities, Engine, Failure, NewMessage, QueueConfig, SqlWaits, StoredMessage,
 };
 use crate::dsn::{Dialect, SqlDsn};
 use crate::error::{Error, Result};
@@ -474,6 +474,14 @@ impl Engine for MySqlQueue {
         })
     }
 
+    fn check_message(&self, message: &NewMessage) -> Result<()> {
+        // The server's limit is known once it answered; before that, the batch check decides.
+        if self.shared.first_contact.reached() {
+            self.packets(std::slice::from_ref(message))?;
+        }
+        Ok(())
+    }
+
     fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
             self.ready("send").await?;
@@ -535,7 +543,7 @@ impl Engine for MySqlQueue {
 
     fn redeliver(&self, id: String, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>> {
         Box::pin(async move {
-            let Ok(id) = id.parse::<i64>() else {
+            let Some(id) = row_id(&id) else {
                 return Ok(None);
             };
             with_transient_retry(classify, || self.redeliver_once(id, &copy))
@@ -574,7 +582,7 @@ impl Engine for MySqlQueue {
 
     fn find(&self, id: String) -> BoxFuture<'_, Result<Option<StoredMessage>>> {
         Box::pin(async move {
-            let Ok(id) = id.parse::<i64>() else {
+            let Some(id) = row_id(&id) else {
                 return Ok(None);
             };
             self.ready("find").await?;

@@ -4,8 +4,8 @@
 use super::pg_listener::PgNotifyListener;
 use super::shared::{FirstContact, Targets};
 use super::{
-    driver_error, id_list, idle_wait, no_answer, numeric_ids, with_transient_retry, Capabilities,
-    Engine, Failure, NewMessage, QueueConfig, SqlWaits, StoredMessage,
+    driver_error, id_list, idle_wait, no_answer, numeric_ids, row_id, with_transient_retry,
+    Capabilities, Engine, Failure, NewMessage, QueueConfig, SqlWaits, StoredMessage,
 };
 use crate::dsn::{Dialect, SqlDsn};
 use crate::error::{Error, Result};
@@ -434,7 +434,7 @@ impl Engine for PostgresQueue {
 
     fn redeliver(&self, id: String, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>> {
         Box::pin(async move {
-            let Ok(id) = id.parse::<i64>() else {
+            let Some(id) = row_id(&id) else {
                 return Ok(None);
             };
             let row = with_transient_retry(classify, || {
@@ -485,7 +485,7 @@ impl Engine for PostgresQueue {
 
     fn find(&self, id: String) -> BoxFuture<'_, Result<Option<StoredMessage>>> {
         Box::pin(async move {
-            let Ok(id) = id.parse::<i64>() else {
+            let Some(id) = row_id(&id) else {
                 return Ok(None);
             };
             self.ready("find").await?;

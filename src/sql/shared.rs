@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
 
-/// Process-wide map from a DSN to its shared target. Entries are weak: a target lives as
-/// long as a queue uses it.
+/// Process-wide map from a DSN to its shared target and how many open queues use it. The
+/// map holds the target weakly: a queue dropped without close() does not keep it alive.
 pub struct Targets<T> {
-    map: Mutex<HashMap<String, Weak<T>>>,
+    map: Mutex<HashMap<String, (Weak<T>, usize)>>,
 }
 
 impl<T> Default for Targets<T> {
@@ -21,27 +21,38 @@ impl<T> Default for Targets<T> {
 }
 
 impl<T> Targets<T> {
-    /// The live target for `key`, or a new one from `make`.
+    /// The live target for `key`, or a new one from `make`; the caller is one more user.
     pub fn join(&self, key: &str, make: impl FnOnce() -> Result<T>) -> Result<Arc<T>> {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(existing) = map.get(key).and_then(Weak::upgrade) {
-            return Ok(existing);
+        if let Some((weak, users)) = map.get_mut(key) {
+            if let Some(existing) = weak.upgrade() {
+                *users += 1;
+                return Ok(existing);
+            }
         }
         let target = Arc::new(make()?);
-        map.insert(key.to_owned(), Arc::downgrade(&target));
+        map.insert(key.to_owned(), (Arc::downgrade(&target), 1));
         Ok(target)
     }
 
-    /// Called by a queue that is closing; true if it was the target's last user, in which
-    /// case the target is forgotten (a later transport on the DSN gets a fresh one) and the
-    /// caller closes it.
+    /// Called once by a queue that closes; true if it was the target's last open user, in
+    /// which case the target is forgotten (a later transport on the DSN gets a fresh one) and
+    /// the caller closes it.
     pub fn leave(&self, key: &str, target: &Arc<T>) -> bool {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        let last = Arc::strong_count(target) <= 1;
-        if last {
-            map.remove(key);
+        let Some((weak, users)) = map.get_mut(key) else {
+            return false;
+        };
+        if !std::ptr::eq(weak.as_ptr(), Arc::as_ptr(target)) {
+            // A newer target took this key; ours was already left by everyone else.
+            return false;
         }
-        last
+        *users = users.saturating_sub(1);
+        if *users == 0 {
+            map.remove(key);
+            return true;
+        }
+        false
     }
 }
 
@@ -51,9 +62,15 @@ impl<T> Targets<T> {
 #[derive(Default)]
 pub struct FirstContact {
     reached: tokio::sync::Mutex<bool>,
+    seen: std::sync::atomic::AtomicBool,
 }
 
 impl FirstContact {
+    /// Whether the server has answered once.
+    pub fn reached(&self) -> bool {
+        self.seen.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     pub async fn ensure<F: Future<Output = Result<()>>>(
         &self,
         probe: impl FnOnce() -> F,
@@ -62,6 +79,7 @@ impl FirstContact {
         if !*reached {
             probe().await?;
             *reached = true;
+            self.seen.store(true, std::sync::atomic::Ordering::Release);
         }
         Ok(())
     }
@@ -72,16 +90,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_target_per_key_while_used() {
+    fn one_target_per_key_until_its_last_user_leaves() {
         let targets: Targets<u32> = Targets::default();
         let a = targets.join("k", || Ok(1)).unwrap();
         let b = targets.join("k", || Ok(2)).unwrap();
         assert_eq!((*a, *b), (1, 1));
+        // Closed users still holding their Arc do not count.
         assert!(!targets.leave("k", &a));
-        drop(b);
-        assert!(targets.leave("k", &a));
+        assert!(targets.leave("k", &b));
         let c = targets.join("k", || Ok(3)).unwrap();
         assert_eq!(*c, 3);
+        // A stale target leaving does not disturb the new one.
+        assert!(!targets.leave("k", &a));
+        assert!(targets.leave("k", &c));
     }
 
     #[tokio::test]

@@ -6,8 +6,8 @@
 
 use super::shared::Targets;
 use super::{
-    driver_error, id_list, idle_wait, numeric_ids, with_transient_retry, Capabilities, Engine,
-    Failure, NewMessage, QueueConfig, SqlWaits, StoredMessage,
+    driver_error, id_list, idle_wait, numeric_ids, row_id, with_transient_retry, Capabilities,
+    Engine, Failure, NewMessage, QueueConfig, SqlWaits, StoredMessage,
 };
 use crate::dsn::{Dialect, SqlDsn};
 use crate::error::{Error, Result};
@@ -19,6 +19,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{ConnectOptions, Row};
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -81,20 +82,28 @@ impl SqliteShared {
             SqliteLocation::Memory => ":memory:".to_owned(),
         };
         TARGETS.join(&key.clone(), || {
-            let base = SqliteConnectOptions::new()
-                .busy_timeout(busy_timeout)
-                .disable_statement_logging();
             let (options, min_connections) = match location {
                 SqliteLocation::File(path) => (
-                    base.filename(path)
+                    SqliteConnectOptions::new()
+                        .filename(path)
                         .create_if_missing(true)
                         .journal_mode(SqliteJournalMode::Wal)
                         .synchronous(SqliteSynchronous::Normal),
                     0,
                 ),
-                // An in-memory database lives while one connection to it is open.
-                SqliteLocation::Memory => (base.in_memory(true).shared_cache(true), 1),
+                // sqlx names each parsed `:memory:` database uniquely in shared-cache mode, so
+                // every connection of this pool opens the same one; it lives while one of them
+                // is open.
+                SqliteLocation::Memory => (
+                    SqliteConnectOptions::from_str(":memory:").map_err(|e| {
+                        Error::connection(format!("Cannot open SQLite in memory: {e}"))
+                    })?,
+                    1,
+                ),
             };
+            let options = options
+                .busy_timeout(busy_timeout)
+                .disable_statement_logging();
             let pool = SqlitePoolOptions::new()
                 .max_connections(4)
                 // A ping before every use would double the round trips; a broken connection is
@@ -408,7 +417,7 @@ impl Engine for SqliteQueue {
 
     fn redeliver(&self, id: String, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>> {
         Box::pin(async move {
-            let Ok(id) = id.parse::<i64>() else {
+            let Some(id) = row_id(&id) else {
                 return Ok(None);
             };
             with_transient_retry(classify, || self.redeliver_once(id, &copy))
@@ -445,7 +454,7 @@ impl Engine for SqliteQueue {
 
     fn find(&self, id: String) -> BoxFuture<'_, Result<Option<StoredMessage>>> {
         Box::pin(async move {
-            let Ok(id) = id.parse::<i64>() else {
+            let Some(id) = row_id(&id) else {
                 return Ok(None);
             };
             let row = sqlx::query(&self.sql.find)

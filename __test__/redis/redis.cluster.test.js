@@ -1,0 +1,435 @@
+'use strict';
+
+// RedisStreamsTransport with `cluster: true` on a real local Redis Cluster (three masters, no
+// replicas, started for this file by __test__/support/redis-cluster.js): the core conformance
+// suite, streams on slots of every master reached through a seed that does not own them, the
+// hash-tag validation of the stream and its delayKey, and a slot migration under a live
+// consumer (MOVED/ASK followed, the group's pending list and the delayed zset moving along).
+
+const crypto = require('node:crypto');
+const {
+  DelayStamp,
+  Envelope,
+  InvalidArgumentError,
+  JsonSerializer,
+  RedeliveryStamp,
+  TransportError,
+  TransportMessageIdStamp,
+} = require('@schally/nestjs-messenger');
+const { runTransportConformanceTests, ConformanceMessage } = require('@schally/nestjs-messenger/testing');
+const { RedisStreamsTransport } = require('../..');
+const { uniqueStream } = require('../support/redis');
+const { startCluster, nodeCommand } = require('../support/redis-cluster');
+const { settleWithin, sleep, pollUntil } = require('../support/transport-helpers');
+
+const STREAM_ID = /^\d+-\d+$/;
+
+class ClusterMessage {
+  constructor(n, text = '') {
+    this.n = n;
+    this.text = text;
+  }
+}
+
+/** @type {Awaited<ReturnType<typeof startCluster>> | undefined} */
+let cluster;
+/** @type {import('ioredis').Cluster | undefined} */
+let admin;
+
+beforeAll(async () => {
+  cluster = await startCluster({ masters: 3, firstPort: 7101 });
+  admin = cluster.admin();
+  await admin.ping();
+}, 90000);
+
+afterAll(async () => {
+  await admin?.quit().catch(() => admin.disconnect());
+  await cluster?.stop();
+}, 30000);
+
+// ---------------------------------------------------------------------------
+// The core conformance suite, on the cluster (unique tagged streams land on all masters)
+// ---------------------------------------------------------------------------
+
+runTransportConformanceTests({
+  name: 'RedisStreamsTransport (Redis Cluster)',
+  capabilities: { delayedDelivery: true, listable: true },
+  async createTransport() {
+    const stream = uniqueStream('cluster-conformance');
+    const transport = new RedisStreamsTransport({
+      dsn: cluster.dsn,
+      cluster: true,
+      stream,
+      name: 'conformance',
+      serializer: new JsonSerializer([ConformanceMessage]),
+    });
+    return {
+      transport,
+      cleanup: async () => {
+        await transport.close();
+        await admin.del(stream, `${stream}:delayed`);
+      },
+    };
+  },
+});
+
+// ---------------------------------------------------------------------------
+// Per-test resources for the cluster-specific tests
+// ---------------------------------------------------------------------------
+
+let openTransports = [];
+let unsettled = new Map();
+let keys = [];
+
+function clusterTransport(stream, options = {}) {
+  const transport = new RedisStreamsTransport({
+    dsn: cluster.dsn,
+    cluster: true,
+    stream,
+    name: 'cluster-worker',
+    serializer: new JsonSerializer([ClusterMessage]),
+    ...options,
+  });
+  openTransports.push(transport);
+  return transport;
+}
+
+function idOf(envelope) {
+  return String(envelope.last(TransportMessageIdStamp).id);
+}
+
+function track(transport, envelope) {
+  if (!unsettled.has(transport)) unsettled.set(transport, new Map());
+  unsettled.get(transport).set(idOf(envelope), envelope);
+}
+
+async function ack(transport, envelope) {
+  await transport.ack(envelope);
+  unsettled.get(transport)?.delete(idOf(envelope));
+}
+
+async function reject(transport, envelope) {
+  await transport.reject(envelope);
+  unsettled.get(transport)?.delete(idOf(envelope));
+}
+
+afterEach(async () => {
+  const failures = [];
+  for (const [transport, envelopes] of unsettled) {
+    for (const envelope of envelopes.values()) await settleWithin(transport.ack(envelope), 2000);
+  }
+  for (const transport of openTransports.splice(0).reverse()) {
+    const outcome = await settleWithin(transport.close(), 5000);
+    if (outcome === 'timeout') failures.push(new Error('close() did not finish within 5 s'));
+    else if (outcome.error) failures.push(outcome.error);
+  }
+  // One DEL per key: keys of different tests may live on different slots.
+  for (const key of keys.splice(0)) await admin.del(key);
+  unsettled = new Map();
+  if (failures.length > 0) throw failures[0];
+}, 30000);
+
+function message(n, ...stamps) {
+  return new Envelope(new ClusterMessage(n, `cluster message ${n} ü 🚀`), stamps);
+}
+
+/** Up to `count` envelopes from one get() loop within `timeoutMs`; the loop then ends. */
+async function receive(transport, count, timeoutMs = 5000) {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), timeoutMs);
+  const received = [];
+  try {
+    for await (const envelope of transport.get(controller.signal)) {
+      track(transport, envelope);
+      received.push(envelope);
+      if (received.length >= count) break;
+    }
+  } finally {
+    clearTimeout(timer);
+    controller.abort();
+  }
+  return received;
+}
+
+/** A background get() loop recording (and tracking, not settling) what it receives. */
+function startConsumer(transport, sink) {
+  const controller = new AbortController();
+  const done = (async () => {
+    for await (const envelope of transport.get(controller.signal)) {
+      track(transport, envelope);
+      sink.push({ envelope, at: Date.now(), n: envelope.message.n, id: idOf(envelope) });
+    }
+  })();
+  // A failed loop is visible before stop() is awaited.
+  let failure;
+  done.catch((error) => {
+    failure = error;
+  });
+  return {
+    failure: () => failure,
+    async stop() {
+      controller.abort();
+      await done;
+    },
+  };
+}
+
+/** A tagged stream whose slot is owned by the master on `port`. */
+async function streamOwnedBy(port, prefix) {
+  for (let i = 0; i < 2000; i += 1) {
+    const stream = `messenger:{${prefix}-${crypto.randomBytes(4).toString('hex')}}`;
+    const slot = await cluster.keyslot(stream);
+    if ((await cluster.ownerOf(slot)) === port) {
+      keys.push(stream, `${stream}:delayed`);
+      return { stream, slot };
+    }
+  }
+  throw new Error(`no stream found for the master on ${port}`);
+}
+
+async function pendingCount(port, stream) {
+  const summary = await nodeCommand(port, 'XPENDING', stream, 'messenger');
+  return Number(summary[0]);
+}
+
+// ---------------------------------------------------------------------------
+// Streams on every master
+// ---------------------------------------------------------------------------
+
+describe('streams on slots of each of the three masters (DSN seed: the first master)', () => {
+  test.each([0, 1, 2])('master #%i: send, delayed send, list/find/count, receive, reject and ack', async (index) => {
+    const ownerPort = cluster.ports[index];
+    const { stream, slot } = await streamOwnedBy(ownerPort, `owner${index}`);
+    const delayKey = `${stream}:delayed`;
+    expect(await cluster.keyslot(delayKey)).toBe(slot);
+    const sender = clusterTransport(stream);
+    const receiver = clusterTransport(stream);
+
+    const sentId = idOf(await sender.send(message(1)));
+    expect(sentId).toMatch(STREAM_ID);
+    const t0 = Date.now();
+    const nonce = idOf(await sender.send(message(2, new DelayStamp(150))));
+    expect(nonce).not.toMatch(STREAM_ID);
+
+    // Stored on the owning master; every other node redirects.
+    expect(await nodeCommand(ownerPort, 'XLEN', stream)).toBe(1);
+    expect(await nodeCommand(ownerPort, 'ZCARD', delayKey)).toBe(1);
+    for (const port of cluster.ports.filter((p) => p !== ownerPort)) {
+      await expect(nodeCommand(port, 'XLEN', stream)).rejects.toThrow(
+        new RegExp(`MOVED ${slot} 127\\.0\\.0\\.1:${ownerPort}`),
+      );
+    }
+
+    const listed = [];
+    for await (const envelope of receiver.list()) listed.push(envelope);
+    expect(listed.map(idOf)).toEqual([sentId]);
+    expect((await receiver.find(sentId))?.message.n).toBe(1);
+    expect(await receiver.find(nonce)).toBeUndefined();
+    expect(await receiver.getMessageCount()).toBe(2);
+
+    const [first, delayed] = await receive(receiver, 2, 5000);
+    expect(idOf(first)).toBe(sentId);
+    expect({ ...first.message }).toEqual({ ...message(1).message });
+    expect(delayed.message.n).toBe(2);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(150);
+    expect(idOf(delayed)).toMatch(STREAM_ID);
+    expect(delayed.last(DelayStamp)?.delayMs).toBe(150);
+
+    await reject(receiver, first);
+    const [copy] = await receive(receiver, 1, 5000);
+    expect(copy).toBeDefined();
+    expect(copy.message.n).toBe(1);
+    expect(idOf(copy)).not.toBe(sentId);
+    expect(copy.all(RedeliveryStamp).map((s) => s.retryCount)).toEqual([1]);
+
+    await ack(receiver, copy);
+    await ack(receiver, delayed);
+    expect(await pendingCount(ownerPort, stream)).toBe(0);
+    expect(await nodeCommand(ownerPort, 'XLEN', stream)).toBe(0);
+    expect(await nodeCommand(ownerPort, 'ZCARD', delayKey)).toBe(0);
+  }, 20000);
+});
+
+// ---------------------------------------------------------------------------
+// Hash tags: the stream and its delayed zset must share a slot
+// ---------------------------------------------------------------------------
+
+describe('stream and delayKey slots on a cluster', () => {
+  function constructionError(options) {
+    try {
+      clusterTransport(options.stream, options);
+    } catch (error) {
+      return error;
+    }
+    return undefined;
+  }
+
+  test('a stream without hash tag and the default delayKey is refused at construction, naming the hash-tag fix', async () => {
+    let stream;
+    do {
+      stream = `messenger:untagged-${crypto.randomBytes(4).toString('hex')}`;
+    } while ((await cluster.keyslot(stream)) === (await cluster.keyslot(`${stream}:delayed`)));
+    keys.push(stream, `${stream}:delayed`);
+
+    const error = constructionError({ stream });
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    expect(error).not.toBeInstanceOf(TransportError);
+    expect(error.message).toContain(stream);
+    expect(error.message).toContain(`${stream}:delayed`);
+    expect(error.message).toMatch(/hash tag/i);
+    expect(error.message).toMatch(/\{[^}]+\}/);
+    expect(await admin.exists(stream)).toBe(0);
+  });
+
+  test('a tagged stream with a custom delayKey on another slot is refused the same way', async () => {
+    const tag = `t-${crypto.randomBytes(4).toString('hex')}`;
+    const stream = `messenger:{${tag}}`;
+    let delayKey;
+    do {
+      delayKey = `delayed:{other-${crypto.randomBytes(4).toString('hex')}}`;
+    } while ((await cluster.keyslot(delayKey)) === (await cluster.keyslot(stream)));
+    keys.push(stream, delayKey);
+
+    const error = constructionError({ stream, delayKey });
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    expect(error.message).toContain(stream);
+    expect(error.message).toContain(delayKey);
+    expect(error.message).toMatch(/hash tag|\{tag\}/i);
+  });
+
+  test('a custom delayKey with the same tag is accepted and used', async () => {
+    const tag = `t-${crypto.randomBytes(4).toString('hex')}`;
+    const stream = `messenger:{${tag}}`;
+    const delayKey = `later:{${tag}}:zset`;
+    keys.push(stream, delayKey, `${stream}:delayed`);
+    expect(await cluster.keyslot(delayKey)).toBe(await cluster.keyslot(stream));
+
+    const transport = clusterTransport(stream, { delayKey });
+    const nonce = idOf(await transport.send(message(7, new DelayStamp(100))));
+    expect(await admin.zcard(delayKey)).toBe(1);
+    expect(await admin.exists(`${stream}:delayed`)).toBe(0);
+    const member = JSON.parse((await admin.zrange(delayKey, 0, -1))[0]);
+    expect(member.nonce).toBe(nonce);
+
+    const [received] = await receive(transport, 1, 5000);
+    expect(received?.message.n).toBe(7);
+    await ack(transport, received);
+    expect(await admin.zcard(delayKey)).toBe(0);
+    expect(await admin.xlen(stream)).toBe(0);
+  });
+});
+
+// ---------------------------------------------------------------------------
+// Slot migration under a live consumer
+// ---------------------------------------------------------------------------
+
+describe('slot migration', () => {
+  /** Resolves once a client is blocked in XREADGROUP on the node at `port`. */
+  async function blockedReaderOn(port) {
+    return pollUntil(
+      async () =>
+        String(await nodeCommand(port, 'CLIENT', 'LIST'))
+          .split('\n')
+          .some((line) => /\bcmd=xreadgroup\b/.test(line) && /\bflags=\S*b/.test(line)),
+      { timeoutMs: 3000, intervalMs: 5 },
+    );
+  }
+
+  /**
+   * The stream's slot moves from the first master to the second (manual SETSLOT/MIGRATE
+   * sequence) around one consumer transport. With `pauseLoop`, the consumer's get() loop is
+   * ended before the move and started again after it (the transport instance and its
+   * connections stay); otherwise the loop runs, blocked on the source, through the move.
+   */
+  async function migrationScenario({ pauseLoop }) {
+    const fromPort = cluster.ports[0];
+    const toPort = cluster.ports[1];
+    const { stream, slot } = await streamOwnedBy(fromPort, pauseLoop ? 'migrate-paused' : 'migrate-live');
+    const delayKey = `${stream}:delayed`;
+    const consumerTransport = clusterTransport(stream);
+    const sender = clusterTransport(stream);
+    const got = [];
+    let consumer = startConsumer(consumerTransport, got);
+    const byN = (n) => got.filter((g) => g.n === n);
+
+    // Before: one delivered and left in flight (pending in the group) across the migration,
+    // and one delayed message that becomes due only after the migration.
+    await sender.send(message(1));
+    await pollUntil(() => got.length >= 1, { timeoutMs: 5000 });
+    expect(byN(1)).toHaveLength(1);
+    const tDelayed = Date.now();
+    await sender.send(message(2, new DelayStamp(1500)));
+    expect(await nodeCommand(fromPort, 'ZCARD', delayKey)).toBe(1);
+    expect(await pendingCount(fromPort, stream)).toBe(1);
+    if (pauseLoop) await consumer.stop();
+
+    const migration = await cluster.migrateSlot(slot, toPort, {
+      // Slot MIGRATING, keys still on the source: served there.
+      between: async () => {
+        await sender.send(message(3));
+        if (!pauseLoop) {
+          await pollUntil(() => byN(3).length > 0, { timeoutMs: 3000 });
+          // The live consumer is (again) blocked in XREADGROUP on the source when keys move.
+          expect(await blockedReaderOn(fromPort)).toBe(true);
+        }
+      },
+      // Keys on the target, slot not yet handed over: the source answers ASK.
+      afterMove: async () => {
+        await sender.send(message(4));
+        await sleep(200);
+      },
+    });
+    expect([...migration.moved].sort()).toEqual([delayKey, stream].sort());
+    // The slot is now the target's, everywhere; the source redirects.
+    expect(await cluster.ownerOf(slot, fromPort)).toBe(toPort);
+    await expect(nodeCommand(fromPort, 'XLEN', stream)).rejects.toThrow(/MOVED/);
+    // The group and its pending entries moved along (1 and, with a live loop, 3; the live
+    // consumer follows the slot at once, so it may already hold 4 as well).
+    const pendingAfterMove = await pendingCount(toPort, stream);
+    expect(pendingAfterMove).toBeGreaterThanOrEqual(pauseLoop ? 1 : 2);
+    expect(pendingAfterMove).toBeLessThanOrEqual(pauseLoop ? 1 : 3);
+
+    // After: new sends go to the new owner (the shared client's slot map is stale → MOVED).
+    await sender.send(message(5));
+    if (pauseLoop) consumer = startConsumer(consumerTransport, got);
+    await pollUntil(() => [1, 3, 4, 5].every((n) => byN(n).length > 0) || consumer.failure() !== undefined, {
+      timeoutMs: 8000,
+    });
+    expect(consumer.failure()).toBeUndefined();
+    expect([1, 3, 4, 5].filter((n) => byN(n).length === 0)).toEqual([]);
+
+    // The message in flight since before the migration is acked on the new owner.
+    await ack(consumerTransport, byN(1)[0].envelope);
+    // A reject after the migration: the copy comes back.
+    await reject(consumerTransport, byN(5)[0].envelope);
+    await pollUntil(() => byN(5).length >= 2 && byN(2).length >= 1, { timeoutMs: 8000 });
+    const delayed = byN(2)[0];
+    expect(delayed).toBeDefined();
+    expect(delayed.at - tDelayed).toBeGreaterThanOrEqual(1500);
+    const copy = byN(5)[1];
+    expect(copy).toBeDefined();
+    expect(copy.envelope.all(RedeliveryStamp).map((s) => s.retryCount)).toEqual([1]);
+    expect(copy.id).not.toBe(byN(5)[0].id);
+
+    await sleep(200);
+    const counts = {};
+    for (const g of got) counts[g.n] = (counts[g.n] ?? 0) + 1;
+    expect(counts).toEqual({ 1: 1, 2: 1, 3: 1, 4: 1, 5: 2 });
+    for (const g of got.filter((x) => x !== byN(1)[0] && x !== byN(5)[0])) {
+      await ack(consumerTransport, g.envelope);
+    }
+    await consumer.stop();
+
+    expect(await pendingCount(toPort, stream)).toBe(0);
+    expect(await nodeCommand(toPort, 'XLEN', stream)).toBe(0);
+    expect(await nodeCommand(toPort, 'ZCARD', delayKey)).toBe(0);
+  }
+
+  test('the stream\'s slot moves to another master while a consumer is live (blocked on the source): redirects are followed, nothing is lost or duplicated', async () => {
+    await migrationScenario({ pauseLoop: false });
+  }, 30000);
+
+  test('the stream\'s slot moves while the consumer transport is open but its get() loop paused: sends follow ASK/MOVED, the pending entry and delayed zset move along', async () => {
+    await migrationScenario({ pauseLoop: true });
+  }, 30000);
+});
