@@ -31,6 +31,10 @@ pub struct Queue {
     /// Claimed rows not yet handed to JavaScript.
     buffer: Arc<Mutex<Prefetch>>,
     keeper: std::sync::OnceLock<()>,
+    /// The runtime fills run on, so that sync `take()` calls can start a read-ahead.
+    runtime: std::sync::OnceLock<tokio::runtime::Handle>,
+    /// A consumer is reading (from its first fill until the prefetched rows are given back).
+    reading: AtomicBool,
     /// One claim at a time per queue: concurrent `get()` loops share the buffer.
     claim_lock: tokio::sync::Mutex<()>,
     batch_size: AtomicU32,
@@ -48,6 +52,9 @@ struct Prefetch {
     handed_at: Option<(Instant, usize)>,
     /// When the claim on the buffered rows was last taken or renewed.
     renewed_at: Option<Instant>,
+    /// The last claim's size, and whether it came back full (more is likely waiting).
+    requested: usize,
+    full: bool,
 }
 
 /// The autoSetup memo: the DDL runs once, only a success is remembered, and a table that
@@ -132,6 +139,8 @@ impl Queue {
             setup,
             buffer: Arc::default(),
             keeper: std::sync::OnceLock::new(),
+            runtime: std::sync::OnceLock::new(),
+            reading: AtomicBool::new(false),
             claim_lock: tokio::sync::Mutex::new(()),
             batch_size: AtomicU32::new(first_batch.clamp(1, MAX_CLAIM_BATCH)),
             closing: CancellationToken::new(),
@@ -166,9 +175,42 @@ impl Queue {
     }
 
     /// The next prefetched message, without waiting (the sync fast path).
-    pub fn take(&self) -> Option<StoredMessage> {
+    pub fn take(self: &Arc<Self>) -> Option<StoredMessage> {
         let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
-        buffer.rows.pop_front()
+        let next = buffer.rows.pop_front();
+        // Half of a full batch handed out: claim the next one now, so the database works
+        // while JavaScript handles the rest (read-ahead; at most one batch ahead).
+        if next.is_some() && buffer.full && buffer.rows.len() == buffer.requested / 2 {
+            buffer.full = false;
+            if let Some(runtime) = self.runtime.get() {
+                runtime.spawn(self.clone().read_ahead());
+            }
+        }
+        next
+    }
+
+    async fn read_ahead(self: Arc<Self>) {
+        let Ok(_claiming) = self.claim_lock.try_lock() else {
+            return;
+        };
+        if !self.reading.load(Ordering::Acquire) || self.closing.is_cancelled() {
+            return;
+        }
+        let limit = self.next_batch_size();
+        // A failure is left for the next fill to meet and report.
+        if let Ok(rows) = self.setup.around(self.engine.claim(limit)).await {
+            self.hand_over(rows, limit);
+        }
+    }
+
+    /// Puts freshly claimed rows in the buffer and notes the batch for sizing and renewal.
+    fn hand_over(&self, rows: Vec<StoredMessage>, requested: u32) {
+        let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
+        buffer.handed_at = Some((Instant::now(), buffer.rows.len() + rows.len()));
+        buffer.renewed_at = Some(Instant::now());
+        buffer.requested = requested as usize;
+        buffer.full = rows.len() >= requested as usize && requested > 1;
+        buffer.rows.extend(rows);
     }
 
     /// Waits until the buffer holds at least one message (true), or the wait is cancelled or
@@ -186,6 +228,8 @@ impl Queue {
 
     async fn fill_until(&self, cancel: &CancellationToken) -> Result<bool> {
         self.keeper.get_or_init(|| self.spawn_keeper());
+        self.runtime.get_or_init(tokio::runtime::Handle::current);
+        self.reading.store(true, Ordering::Release);
         let signal = self.engine.wake_signal();
         loop {
             if cancel.is_cancelled() {
@@ -206,10 +250,7 @@ impl Queue {
                 let limit = self.next_batch_size();
                 let rows = self.setup.around(self.engine.claim(limit)).await?;
                 if !rows.is_empty() {
-                    let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
-                    buffer.handed_at = Some((Instant::now(), rows.len()));
-                    buffer.renewed_at = Some(Instant::now());
-                    buffer.rows.extend(rows);
+                    self.hand_over(rows, limit);
                     return Ok(true);
                 }
             }
@@ -317,9 +358,12 @@ impl Queue {
     /// Gives prefetched rows back to the table (no consumer is left to take them).
     pub async fn release_prefetched(&self) -> Result<()> {
         let _claiming = self.claim_lock.lock().await;
+        // No consumer is left: a read-ahead that gets the lock after this must not claim.
+        self.reading.store(false, Ordering::Release);
         let rows: Vec<StoredMessage> = {
             let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
             buffer.handed_at = None;
+            buffer.full = false;
             buffer.rows.drain(..).collect()
         };
         if rows.is_empty() {

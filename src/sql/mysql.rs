@@ -63,6 +63,21 @@ impl MySqlShared {
             .min_connections(0)
             .acquire_timeout(connect_timeout)
             .idle_timeout(Duration::from_secs(60))
+            // READ COMMITTED: a claim's UPDATE … WHERE id IN (…) may scan the primary key;
+            // under REPEATABLE READ that locks every row it passes (other queues, rows being
+            // inserted by other sessions) until commit, stalling claims and deadlocking sends.
+            // Under READ COMMITTED rows that do not match are not locked. (The time zone is
+            // left alone: see the module doc.)
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    sqlx::Executor::execute(
+                        &mut *conn,
+                        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                    )
+                    .await
+                    .map(|_| ())
+                })
+            })
             .connect_lazy_with(options.clone());
         Ok(Self {
             key: dsn.driver_url.clone(),
