@@ -2,6 +2,7 @@
 
 const { randomUUID } = require('node:crypto');
 const { InvalidArgumentError, JsonSerializer } = require('@schally/nestjs-messenger');
+const { ackModeOf, nonNegativeNumber } = require('./option-checks');
 
 /** Defaults, identical to `@schally/nestjs-messenger-transport-redis`'s. */
 const DEFAULTS = Object.freeze({
@@ -10,26 +11,7 @@ const DEFAULTS = Object.freeze({
   pollIntervalMs: 50,
   readBatchSize: 10,
   connectTimeoutMs: 5000,
-  ackMode: 'write-behind',
 });
-
-const ACK_MODES = new Set(['write-behind', 'commit']);
-
-function ackModeOf(options) {
-  const mode = options.ackMode ?? DEFAULTS.ackMode;
-  if (!ACK_MODES.has(mode)) {
-    throw new InvalidArgumentError(`Invalid ackMode ${JSON.stringify(mode)}: expected 'write-behind' or 'commit'.`);
-  }
-  return mode;
-}
-
-function nonNegativeNumber(options, key) {
-  const value = options[key] ?? DEFAULTS[key];
-  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
-    throw new InvalidArgumentError(`Invalid ${key} ${String(value)}: expected a finite number >= 0.`);
-  }
-  return value;
-}
 
 function nonEmptyString(value, key) {
   if (typeof value !== 'string' || value.length === 0) {
@@ -67,12 +49,12 @@ function resolveRedisOptions(options) {
     consumer: nonEmptyString(options.consumer ?? `${process.pid}-${randomUUID()}`, 'consumer'),
     delayKey: nonEmptyString(options.delayKey ?? `${stream}:delayed`, 'delayKey'),
     serializer: options.serializer ?? new JsonSerializer(),
-    claimIdleMs: nonNegativeNumber(options, 'claimIdleMs'),
-    pollIntervalMs: nonNegativeNumber(options, 'pollIntervalMs'),
+    claimIdleMs: nonNegativeNumber(options, DEFAULTS, 'claimIdleMs'),
+    pollIntervalMs: nonNegativeNumber(options, DEFAULTS, 'pollIntervalMs'),
     readBatchSize,
     cluster: options.cluster === true,
     tlsCa: caOf(options.redisOptions),
-    connectTimeoutMs: nonNegativeNumber(options, 'connectTimeoutMs'),
+    connectTimeoutMs: nonNegativeNumber(options, DEFAULTS, 'connectTimeoutMs'),
     ackMode: ackModeOf(options),
   };
 }

@@ -1,6 +1,7 @@
 'use strict';
 
 const { InvalidArgumentError, JsonSerializer } = require('@schally/nestjs-messenger');
+const { ackModeOf, nonNegativeNumber } = require('./option-checks');
 const { sqlEngineOf } = require('./native');
 const { nativeSync } = require('./errors');
 
@@ -17,26 +18,7 @@ const DEFAULTS = Object.freeze({
   useNotify: true,
   getNotifyTimeoutMs: 60000,
   connectTimeoutMs: 5000,
-  ackMode: 'write-behind',
 });
-
-const ACK_MODES = new Set(['write-behind', 'commit']);
-
-function ackModeOf(options) {
-  const mode = options.ackMode ?? DEFAULTS.ackMode;
-  if (!ACK_MODES.has(mode)) {
-    throw new InvalidArgumentError(`Invalid ackMode ${JSON.stringify(mode)}: expected 'write-behind' or 'commit'.`);
-  }
-  return mode;
-}
-
-function nonNegativeNumber(options, key) {
-  const value = options[key] ?? DEFAULTS[key];
-  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
-    throw new InvalidArgumentError(`Invalid ${key} ${String(value)}: expected a finite number >= 0.`);
-  }
-  return value;
-}
 
 /**
  * Validates `SqlTransport` options and fills in defaults. Throws `InvalidArgumentError` for
@@ -76,10 +58,10 @@ function resolveSqlOptions(options) {
     serializer: options.serializer ?? new JsonSerializer(),
     autoSetup: options.autoSetup ?? DEFAULTS.autoSetup,
     useNotify: pushCapable ? (options.useNotify ?? DEFAULTS.useNotify) : false,
-    redeliverTimeoutSeconds: nonNegativeNumber(options, 'redeliverTimeoutSeconds'),
-    pollIntervalMs: nonNegativeNumber(options, 'pollIntervalMs'),
-    getNotifyTimeoutMs: nonNegativeNumber(options, 'getNotifyTimeoutMs'),
-    connectTimeoutMs: nonNegativeNumber(options, 'connectTimeoutMs'),
+    redeliverTimeoutSeconds: nonNegativeNumber(options, DEFAULTS, 'redeliverTimeoutSeconds'),
+    pollIntervalMs: nonNegativeNumber(options, DEFAULTS, 'pollIntervalMs'),
+    getNotifyTimeoutMs: nonNegativeNumber(options, DEFAULTS, 'getNotifyTimeoutMs'),
+    connectTimeoutMs: nonNegativeNumber(options, DEFAULTS, 'connectTimeoutMs'),
     ackMode: ackModeOf(options),
   };
 }

@@ -316,6 +316,36 @@ impl RedisQueue {
         self.accept_entries(entries).await
     }
 
+    /// These entries are settled or given back: no longer ours to skip when re-reading.
+    fn forget_delivered(&self, ids: &[String]) {
+        let mut delivered = self.delivered.lock().unwrap_or_else(|p| p.into_inner());
+        for id in ids {
+            delivered.remove(id);
+        }
+    }
+
+    /// `XCLAIM … JUSTID` of our own entries: resets their idle time (renewing our claim), or
+    /// sets it to `idle` (handing them to whoever runs XAUTOCLAIM next).
+    async fn claim_for_self(&self, ids: &[String], idle: Option<Duration>, op: &str) -> Result<()> {
+        let mut conn = self.conn(op).await?;
+        let mut xclaim = redis::cmd("XCLAIM");
+        xclaim
+            .arg(&self.config.stream)
+            .arg(&self.config.group)
+            .arg(&self.config.consumer)
+            .arg(0)
+            .arg(ids);
+        if let Some(idle) = idle {
+            xclaim.arg("IDLE").arg(idle.as_millis() as u64);
+        }
+        xclaim
+            .arg("JUSTID")
+            .query_async::<Value>(&mut conn)
+            .await
+            .map_err(|e| self.err(op, &e))?;
+        Ok(())
+    }
+
     fn reclaim_due(&self) -> bool {
         let reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
         Instant::now() >= reclaim.next_at
@@ -585,12 +615,7 @@ impl Engine for RedisQueue {
 
     fn delete(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
-            {
-                let mut delivered = self.delivered.lock().unwrap_or_else(|p| p.into_inner());
-                for id in &ids {
-                    delivered.remove(id);
-                }
-            }
+            self.forget_delivered(&ids);
             let ids: Vec<String> = ids.into_iter().filter(|id| is_stream_id(id)).collect();
             if ids.is_empty() {
                 return Ok(());
@@ -632,28 +657,12 @@ impl Engine for RedisQueue {
     /// claim threshold so any consumer's next XAUTOCLAIM takes them at once (ours included).
     fn release(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
-            {
-                let mut delivered = self.delivered.lock().unwrap_or_else(|p| p.into_inner());
-                for id in &ids {
-                    delivered.remove(id);
-                }
-            }
+            self.forget_delivered(&ids);
             if ids.is_empty() {
                 return Ok(());
             }
-            let mut conn = self.conn("release").await?;
-            redis::cmd("XCLAIM")
-                .arg(&self.config.stream)
-                .arg(&self.config.group)
-                .arg(&self.config.consumer)
-                .arg(0)
-                .arg(&ids)
-                .arg("IDLE")
-                .arg(self.config.claim_idle.as_millis() as u64)
-                .arg("JUSTID")
-                .query_async::<Value>(&mut conn)
-                .await
-                .map_err(|e| self.err("release", &e))?;
+            self.claim_for_self(&ids, Some(self.config.claim_idle), "release")
+                .await?;
             let mut reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
             reclaim.next_at = Instant::now();
             reclaim.cursor = "0-0".to_owned();
@@ -662,20 +671,7 @@ impl Engine for RedisQueue {
     }
 
     fn keep_claimed(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
-        Box::pin(async move {
-            let mut conn = self.conn("reclaim").await?;
-            redis::cmd("XCLAIM")
-                .arg(&self.config.stream)
-                .arg(&self.config.group)
-                .arg(&self.config.consumer)
-                .arg(0)
-                .arg(&ids)
-                .arg("JUSTID")
-                .query_async::<Value>(&mut conn)
-                .await
-                .map_err(|e| self.err("reclaim", &e))?;
-            Ok(())
-        })
+        Box::pin(async move { self.claim_for_self(&ids, None, "reclaim").await })
     }
 
     fn claim_lease(&self) -> Duration {

@@ -232,7 +232,7 @@ impl Statements {
             ),
             claim_select: format!(
                 "SELECT CAST(id AS CHAR) AS id, body, headers FROM {t} WHERE {claimable} \
-                 ORDER BY {t}.available_at, {t}.id LIMIT ? FOR UPDATE SKIP LOCKED"
+                 ORDER BY {t}.available_at, {t}.delivered_at, {t}.id LIMIT ? FOR UPDATE SKIP LOCKED"
             ),
             insert_row: "(?, ?, ?, NOW(3), NOW(3) + INTERVAL ? MICROSECOND)",
             insert_head: format!("INSERT INTO {t} (queue_name, body, headers, created_at, available_at) VALUES "),
@@ -698,6 +698,16 @@ mod tests {
             sql.list.contains("ORDER BY t.available_at, t.id"),
             "{}",
             sql.list
+        );
+    }
+    #[test]
+    fn claims_in_the_claim_index_order_so_no_claim_sorts_the_queue() {
+        let sql = Statements::new("t");
+        assert!(
+            sql.claim_select
+                .contains("t.available_at, t.delivered_at, t.id LIMIT"),
+            "{}",
+            sql.claim_select
         );
     }
 }

@@ -203,7 +203,7 @@ impl Statements {
             claim: format!(
                 "WITH due AS ( \
                    SELECT id FROM {t} WHERE {claimable} \
-                   ORDER BY available_at, id LIMIT $3 FOR UPDATE SKIP LOCKED \
+                   ORDER BY available_at, delivered_at, id LIMIT $3 FOR UPDATE SKIP LOCKED \
                  ), claimed AS ( \
                    UPDATE {t} AS m SET delivered_at = now() FROM due WHERE m.id = due.id \
                    RETURNING m.id, m.body, m.headers, m.available_at \
@@ -567,6 +567,15 @@ mod tests {
             sql.list.contains("ORDER BY t.available_at, t.id"),
             "{}",
             sql.list
+        );
+    }
+    #[test]
+    fn claims_in_the_claim_index_order_so_no_claim_sorts_the_queue() {
+        let sql = Statements::new("t", true);
+        assert!(
+            sql.claim.contains("available_at, delivered_at, id LIMIT"),
+            "{}",
+            sql.claim
         );
     }
 }

@@ -184,7 +184,7 @@ impl Statements {
             ),
             claim: format!(
                 "UPDATE {t} SET delivered_at = {NOW} WHERE id IN ( \
-                   SELECT id FROM {t} WHERE {claimable} ORDER BY available_at, id LIMIT ?3 \
+                   SELECT id FROM {t} WHERE {claimable} ORDER BY available_at, delivered_at, id LIMIT ?3 \
                  ) RETURNING CAST(id AS TEXT) AS id, body, headers, available_at"
             ),
             delete_head: format!("DELETE FROM {t} WHERE id IN "),
@@ -540,6 +540,15 @@ mod tests {
             sql.list.contains("ORDER BY t.available_at, t.id"),
             "{}",
             sql.list
+        );
+    }
+    #[test]
+    fn claims_in_the_claim_index_order_so_no_claim_sorts_the_queue() {
+        let sql = Statements::new("t");
+        assert!(
+            sql.claim.contains("available_at, delivered_at, id LIMIT"),
+            "{}",
+            sql.claim
         );
     }
 }
