@@ -34,6 +34,13 @@ export interface SqlTransportOptions {
   readonly getNotifyTimeoutMs?: number;
   /** How long a first connection may take before `TransportConnectionError`. Default 5000. */
   readonly connectTimeoutMs?: number;
+  /**
+   * `'write-behind'` (default): `ack()` resolves at once and the delete is written with the
+   * acks around it, always before `close()`/`list()`/`find()`/`getMessageCount()` resolve (a
+   * crash in between costs a redelivery, never a loss). `'commit'`: `ack()` resolves once its
+   * delete is written.
+   */
+  readonly ackMode?: 'write-behind' | 'commit';
 }
 
 /**
@@ -80,7 +87,7 @@ export interface RedisStreamsTransportOptions {
   readonly claimIdleMs?: number;
   /** Longest blocking read (ms) before delayed messages are checked again. Default 50. */
   readonly pollIntervalMs?: number;
-  /** Size of the first read; later reads adapt to the consumer's pace (1 to 256). Default 10. */
+  /** Size of the first read; later reads adapt to the consumer's pace (1 to 1024). Default 10. */
   readonly readBatchSize?: number;
   /** Connect to a Redis Cluster through the DSN's node (MOVED/ASK are followed). Default false. */
   readonly cluster?: boolean;
@@ -91,6 +98,13 @@ export interface RedisStreamsTransportOptions {
   readonly redisOptions?: { readonly tls?: { readonly ca?: string | Buffer | ReadonlyArray<string | Buffer> } } & Record<string, unknown>;
   /** How long a first connection may take before `TransportConnectionError`. Default 5000. */
   readonly connectTimeoutMs?: number;
+  /**
+   * `'write-behind'` (default): `ack()` resolves at once and the delete is written with the
+   * acks around it, always before `close()`/`list()`/`find()`/`getMessageCount()` resolve (a
+   * crash in between costs a redelivery, never a loss). `'commit'`: `ack()` resolves once its
+   * delete is written.
+   */
+  readonly ackMode?: 'write-behind' | 'commit';
 }
 
 /**

@@ -14,14 +14,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
+/// Most message bytes one claim aims to hold (with the average size of the last batch).
+const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
 /// Largest claim; also bounds how many rows one consumer can hold before handling them.
-pub const MAX_CLAIM_BATCH: u32 = 256;
+pub const MAX_CLAIM_BATCH: u32 = 1024;
 /// The first claim's size, before the consumer's pace is known.
 pub const FIRST_CLAIM_BATCH: u32 = 16;
 /// A claim aims to hold about this much of the consumer's work (see `next_batch_size`).
 const CLAIM_WINDOW: Duration = Duration::from_millis(100);
 /// Claims are renewed at a third of their lease, but not more often than this.
 const MIN_RENEW_PERIOD: Duration = Duration::from_millis(20);
+/// How long close(), list(), find() and getMessageCount() wait for failing ack writes.
+const ACK_FLUSH_PATIENCE: Duration = Duration::from_secs(5);
 /// Largest batch one ack or send statement carries.
 const MAX_WRITE_BATCH: usize = 1000;
 
@@ -55,6 +59,8 @@ struct Prefetch {
     /// The last claim's size, and whether it came back full (more is likely waiting).
     requested: usize,
     full: bool,
+    /// Average size of the last claimed messages, to keep a batch within `MAX_BATCH_BYTES`.
+    average_bytes: usize,
 }
 
 /// The autoSetup memo: the DDL runs once, only a success is remembered, and a table that
@@ -210,6 +216,8 @@ impl Queue {
         buffer.renewed_at = Some(Instant::now());
         buffer.requested = requested as usize;
         buffer.full = rows.len() >= requested as usize && requested > 1;
+        let bytes: usize = rows.iter().map(|r| r.body.len() + r.headers.len()).sum();
+        buffer.average_bytes = bytes / rows.len().max(1);
         buffer.rows.extend(rows);
     }
 
@@ -254,7 +262,7 @@ impl Queue {
                     return Ok(true);
                 }
             }
-            if self.engine.idle(seen, cancel).await? == WaitOutcome::Cancelled {
+            if self.setup.around(self.engine.idle(seen, cancel)).await? == WaitOutcome::Cancelled {
                 return Ok(false);
             }
         }
@@ -304,11 +312,10 @@ impl Queue {
     /// consumer gets big batches (fewer round trips), a slow one small batches (rows are not
     /// held away from other consumers while a slow handler runs).
     fn next_batch_size(&self) -> u32 {
-        let handed = self
-            .buffer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .handed_at;
+        let (handed, average_bytes) = {
+            let buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
+            (buffer.handed_at, buffer.average_bytes)
+        };
         let previous = self.batch_size.load(Ordering::Relaxed);
         let next = match handed {
             None => previous,
@@ -323,6 +330,9 @@ impl Queue {
                 (fit.min(previous as f64 * 4.0)).clamp(1.0, MAX_CLAIM_BATCH as f64) as u32
             }
         };
+        // Large messages: hold at most about MAX_BATCH_BYTES in one batch.
+        let by_size = (MAX_BATCH_BYTES / average_bytes.max(1)).max(1) as u32;
+        let next = next.min(by_size);
         self.batch_size.store(next, Ordering::Relaxed);
         next
     }
@@ -381,9 +391,10 @@ impl Queue {
         self.acks_behind.push(id);
     }
 
-    /// Waits until every write-behind ack is written.
+    /// Waits until every write-behind ack is written (retried meanwhile; reported if it
+    /// still fails after `ACK_FLUSH_PATIENCE`).
     pub async fn flush_acks(&self) -> Result<()> {
-        self.acks_behind.flush().await
+        self.acks_behind.flush(ACK_FLUSH_PATIENCE).await
     }
 
     pub async fn ack(&self, id: &str) -> Result<()> {

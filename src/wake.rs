@@ -35,6 +35,19 @@ impl WakeSignal {
         self.notify.notify_waiters();
     }
 
+    /// Resolves once the signal has moved past `seen`.
+    pub async fn changed(&self, seen: u64) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.seq() != seen {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// Waits until the signal moves past `seen`, the timeout passes, or `cancel` fires.
     pub async fn wait(
         &self,

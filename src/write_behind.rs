@@ -14,8 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 /// Largest batch one flush writes.
 const MAX_FLUSH: usize = 1000;
-/// Pause before retrying a failed flush.
+/// Pause before retrying a failed write, doubling up to `MAX_RETRY_PAUSE`.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
+const MAX_RETRY_PAUSE: Duration = Duration::from_secs(2);
 
 #[derive(Default)]
 struct State {
@@ -66,24 +67,28 @@ impl WriteBehind {
         self.work.notify_one();
     }
 
-    /// Waits until every ack recorded so far is written, or reports why the last write failed
-    /// (those acks stay recorded and are retried).
-    pub async fn flush(&self) -> Result<()> {
+    /// Waits until every ack recorded so far is written. The flusher retries failed writes by
+    /// itself; if they are still failing after `patience`, this reports the last failure (the
+    /// acks stay recorded and keep being retried).
+    pub async fn flush(&self, patience: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + patience;
         loop {
             let idle = self.idle.notified();
             tokio::pin!(idle);
             idle.as_mut().enable();
             {
-                let mut state = self.lock();
-                if let Some(error) = state.error.take() {
-                    return Err(error);
-                }
+                let state = self.lock();
                 if state.pending.is_empty() && state.writing == 0 {
                     return Ok(());
                 }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(state.error.clone().unwrap_or_else(|| {
+                        Error::transport("Acknowledgements could not be written in time.")
+                    }));
+                }
             }
             self.work.notify_one();
-            idle.await;
+            let _ = tokio::time::timeout_at(deadline, idle).await;
         }
     }
 }
@@ -118,9 +123,11 @@ impl Flusher {
         }
     }
 
-    /// Writes what is recorded, batch after batch; on failure puts the batch back, records
-    /// the error and pauses (the next ack or flush() asks again).
+    /// Writes what is recorded, batch after batch. A failed batch is put back and retried
+    /// with a growing pause until it is written (the connection comes back) or the queue
+    /// is dropped.
     async fn write_all(&self) {
+        let mut pause = RETRY_PAUSE;
         loop {
             let batch: Vec<String> = {
                 let mut s = self.lock();
@@ -133,7 +140,12 @@ impl Flusher {
                 return;
             }
             match self.engine.delete(batch.clone()).await {
-                Ok(()) => self.lock().writing = 0,
+                Ok(()) => {
+                    let mut s = self.lock();
+                    s.writing = 0;
+                    s.error = None;
+                    pause = RETRY_PAUSE;
+                }
                 // The table (or stream group) is gone, and the rows with it: nothing is left to
                 // delete. Retrying by id later could delete a new row that reuses an id.
                 Err(error) if error.kind == ErrorKind::NotFound => self.lock().writing = 0,
@@ -147,8 +159,11 @@ impl Flusher {
                         s.error = Some(error);
                     }
                     self.idle.notify_waiters();
-                    tokio::time::sleep(RETRY_PAUSE).await;
-                    return;
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = self.stop.cancelled() => return,
+                    }
+                    pause = (pause * 2).min(MAX_RETRY_PAUSE);
                 }
             }
         }

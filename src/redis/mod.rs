@@ -128,6 +128,9 @@ pub struct RedisQueue {
     next_due: Mutex<Option<Duration>>,
     /// Once the server answered, connection failures in get() are waited out, not thrown.
     contacted: AtomicBool,
+    /// Bumped when a queue of this process adds a delayed message to the stream, so blocked
+    /// reads re-plan their wait.
+    delayed_added: Arc<WakeSignal>,
 }
 
 /// XAUTOCLAIM bookkeeping: run every `claimIdleMs / 2` (not on every read), cursor kept.
@@ -158,6 +161,7 @@ impl RedisQueue {
             })
         })?;
         let wake = shared.board.signal(&config.stream, "");
+        let delayed_added = shared.board.signal(&config.stream, "delayed");
         Ok(Self {
             shared,
             wake,
@@ -171,6 +175,7 @@ impl RedisQueue {
             }),
             next_due: Mutex::new(None),
             contacted: AtomicBool::new(false),
+            delayed_added,
             config,
         })
     }
@@ -201,6 +206,91 @@ impl RedisQueue {
             }
             other => other,
         }
+    }
+
+    /// Runs a write once more when the first attempt met a connection the server had
+    /// dropped (the command connection reconnects on that failure; a write that failed on a
+    /// broken connection was not applied, and acks and rejects are idempotent anyway).
+    async fn with_reconnect<T, F, Fut>(&self, mut op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        match op().await {
+            Err(err)
+                if err.kind == ErrorKind::Connection && self.contacted.load(Ordering::Acquire) =>
+            {
+                op().await
+            }
+            other => other,
+        }
+    }
+
+    /// One attempt at storing a batch: due messages in one pipeline of XADDs, delayed ones
+    /// through the script that scores them on Redis's clock.
+    async fn insert_once(&self, messages: &[NewMessage]) -> Result<Vec<String>> {
+        let mut conn = self.conn("send").await?;
+        let mut ids: Vec<Option<String>> = vec![None; messages.len()];
+        let mut pipe = redis::pipe();
+        let mut immediate = Vec::new();
+        for (i, m) in messages.iter().enumerate() {
+            if m.delay_ms <= 0.0 {
+                pipe.cmd("XADD")
+                    .arg(&self.config.stream)
+                    .arg("*")
+                    .arg("body")
+                    .arg(&m.body)
+                    .arg("headers")
+                    .arg(&m.headers);
+                immediate.push(i);
+            }
+        }
+        if !immediate.is_empty() {
+            let added: Vec<String> = pipe
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err("send", &e))?;
+            for (slot, id) in immediate.into_iter().zip(added) {
+                ids[slot] = Some(id);
+            }
+        }
+        for (i, m) in messages.iter().enumerate() {
+            if m.delay_ms > 0.0 {
+                let nonce = uuid::Uuid::new_v4().to_string();
+                let member = self.delayed_member(&nonce, &m.body, &m.headers)?;
+                ADD_DELAYED
+                    .key(&self.config.delay_key)
+                    .arg(m.delay_ms.ceil() as u64)
+                    .arg(member)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+                    .map_err(|e| self.err("send", &e))?;
+                ids[i] = Some(nonce);
+            }
+        }
+        Ok(ids.into_iter().map(Option::unwrap_or_default).collect())
+    }
+
+    /// One attempt at a reject (the script gates on the original still being pending, so a
+    /// repeat after a lost reply makes no second copy).
+    async fn redeliver_once(&self, id: &str, copy: &NewMessage) -> Result<Option<String>> {
+        let mut conn = self.conn("reject").await?;
+        let nonce = uuid::Uuid::new_v4().to_string();
+        let member = self.delayed_member(&nonce, &copy.body, &copy.headers)?;
+        let reply: Value = REDELIVER
+            .key(&self.config.stream)
+            .key(&self.config.delay_key)
+            .arg(&self.config.group)
+            .arg(id)
+            .arg(&copy.body)
+            .arg(&copy.headers)
+            .arg(copy.delay_ms.max(0.0).ceil() as u64)
+            .arg(member)
+            .arg(&nonce)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.err("reject", &e))?;
+        Ok(as_string(&reply))
     }
 
     fn delayed_member(&self, nonce: &str, body: &str, headers: &str) -> Result<String> {
@@ -393,6 +483,7 @@ impl RedisQueue {
     /// next reclaim pass is due or the poll interval passes (so members delayed by other
     /// processes are promoted in time), or `cancel` fires.
     async fn block_once(&self, cancel: &CancellationToken, limit: u32) -> Result<WaitOutcome> {
+        let delayed_seen = self.delayed_added.seq();
         let until_reclaim = {
             let reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
             reclaim.next_at.saturating_duration_since(Instant::now())
@@ -432,6 +523,9 @@ impl RedisQueue {
             tokio::select! {
                 reply = &mut reading => (Some(reply), false),
                 _ = tokio::time::sleep(block), if client_id.is_some() => (Some(self.unblock(client_id, &mut reading).await), false),
+                // This instance just added a delayed message that may be due before the block
+                // ends: end it now so the wait is planned again around that member.
+                _ = self.delayed_added.changed(delayed_seen), if client_id.is_some() => (Some(self.unblock(client_id, &mut reading).await), false),
                 _ = cancel.cancelled() => match client_id {
                     Some(_) => (Some(self.unblock(client_id, &mut reading).await), true),
                     // No way to end the block early: the connection is dropped below.
@@ -548,46 +642,21 @@ impl Engine for RedisQueue {
 
     fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
-            let mut conn = self.conn("send").await?;
-            let mut ids: Vec<Option<String>> = vec![None; messages.len()];
-            let mut pipe = redis::pipe();
-            let mut immediate = Vec::new();
-            for (i, m) in messages.iter().enumerate() {
-                if m.delay_ms <= 0.0 {
-                    pipe.cmd("XADD")
-                        .arg(&self.config.stream)
-                        .arg("*")
-                        .arg("body")
-                        .arg(&m.body)
-                        .arg("headers")
-                        .arg(&m.headers);
-                    immediate.push(i);
-                }
+            let ids = self.with_reconnect(|| self.insert_once(&messages)).await?;
+            if let Some(earliest) = messages
+                .iter()
+                .filter(|m| m.delay_ms > 0.0)
+                .map(|m| m.delay_ms)
+                .reduce(f64::min)
+            {
+                // A blocked read of this instance re-plans its wait around the new member.
+                let due = Duration::from_secs_f64(earliest / 1000.0);
+                let mut next_due = self.next_due.lock().unwrap_or_else(|p| p.into_inner());
+                *next_due = Some(next_due.map_or(due, |known| known.min(due)));
+                drop(next_due);
+                self.delayed_added.wake();
             }
-            if !immediate.is_empty() {
-                let added: Vec<String> = pipe
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(|e| self.err("send", &e))?;
-                for (slot, id) in immediate.into_iter().zip(added) {
-                    ids[slot] = Some(id);
-                }
-            }
-            for (i, m) in messages.iter().enumerate() {
-                if m.delay_ms > 0.0 {
-                    let nonce = uuid::Uuid::new_v4().to_string();
-                    let member = self.delayed_member(&nonce, &m.body, &m.headers)?;
-                    ADD_DELAYED
-                        .key(&self.config.delay_key)
-                        .arg(m.delay_ms.ceil() as u64)
-                        .arg(member)
-                        .invoke_async::<i64>(&mut conn)
-                        .await
-                        .map_err(|e| self.err("send", &e))?;
-                    ids[i] = Some(nonce);
-                }
-            }
-            Ok(ids.into_iter().map(Option::unwrap_or_default).collect())
+            Ok(ids)
         })
     }
 
@@ -620,7 +689,8 @@ impl Engine for RedisQueue {
             if ids.is_empty() {
                 return Ok(());
             }
-            self.ack_and_delete(ids, "ack").await
+            self.with_reconnect(|| self.ack_and_delete(ids.clone(), "ack"))
+                .await
         })
     }
 
@@ -633,23 +703,8 @@ impl Engine for RedisQueue {
             if !is_stream_id(&id) {
                 return Ok(None);
             }
-            let mut conn = self.conn("reject").await?;
-            let nonce = uuid::Uuid::new_v4().to_string();
-            let member = self.delayed_member(&nonce, &copy.body, &copy.headers)?;
-            let reply: Value = REDELIVER
-                .key(&self.config.stream)
-                .key(&self.config.delay_key)
-                .arg(&self.config.group)
-                .arg(&id)
-                .arg(&copy.body)
-                .arg(&copy.headers)
-                .arg(copy.delay_ms.max(0.0).ceil() as u64)
-                .arg(member)
-                .arg(&nonce)
-                .invoke_async(&mut conn)
+            self.with_reconnect(|| self.redeliver_once(&id, &copy))
                 .await
-                .map_err(|e| self.err("reject", &e))?;
-            Ok(as_string(&reply))
         })
     }
 
@@ -711,7 +766,8 @@ impl Engine for RedisQueue {
         })
     }
 
-    /// Entries not yet delivered to the group (stream length minus pending) plus delayed ones.
+    /// Entries waiting for a consumer (not delivered to the group, or pending but claimable
+    /// again) plus delayed ones.
     fn count(&self) -> BoxFuture<'_, Result<i64>> {
         Box::pin(async move {
             let mut conn = self.conn("count").await?;
@@ -723,17 +779,39 @@ impl Engine for RedisQueue {
                 .query_async(&mut conn)
                 .await
                 .map_err(|e| self.err("count", &e))?;
-            let pending: redis::RedisResult<Value> = redis::cmd("XPENDING")
+            // Pending entries idle for claimIdleMs or more (a dead consumer's, or handed back
+            // by a finished get()) are claimable again: they count as waiting.
+            let summary: redis::RedisResult<Value> = redis::cmd("XPENDING")
                 .arg(&self.config.stream)
                 .arg(&self.config.group)
                 .query_async(&mut conn)
                 .await;
-            let pending = match pending {
+            let pending = match summary {
                 Ok(Value::Array(items)) => items.first().and_then(as_i64).unwrap_or(0),
                 Ok(_) => 0,
                 Err(e) if classify(&e) == ErrorKind::NotFound => 0,
                 Err(e) => return Err(self.err("count", &e)),
             };
+            let claimable = if pending > 0 {
+                let stale: Value = redis::cmd("XPENDING")
+                    .arg(&self.config.stream)
+                    .arg(&self.config.group)
+                    .arg("IDLE")
+                    .arg(self.config.claim_idle.as_millis() as u64)
+                    .arg("-")
+                    .arg("+")
+                    .arg(pending)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| self.err("count", &e))?;
+                match stale {
+                    Value::Array(items) => items.len() as i64,
+                    _ => 0,
+                }
+            } else {
+                0
+            };
+            let pending = pending - claimable;
             Ok((length - pending).max(0) + delayed)
         })
     }

@@ -1,0 +1,166 @@
+'use strict';
+
+// Throwaway redis-server processes for the Redis tests that need a server of their own (a
+// password, TLS, a restart): started on a free loopback port, stopped by the test's afterAll,
+// and killed in any case when the jest worker exits.
+
+const fs = require('node:fs');
+const net = require('node:net');
+const os = require('node:os');
+const path = require('node:path');
+const { spawn, execFileSync } = require('node:child_process');
+
+const live = new Set();
+process.once('exit', () => {
+  for (const child of live) {
+    try {
+      child.kill('SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+});
+
+/** A TCP port that was free a moment ago on 127.0.0.1. */
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function canConnect(port) {
+  return new Promise((resolve) => {
+    const socket = net.connect({ host: '127.0.0.1', port });
+    const done = (ok) => {
+      socket.destroy();
+      resolve(ok);
+    };
+    socket.setTimeout(500, () => done(false));
+    socket.once('connect', () => done(true));
+    socket.once('error', () => done(false));
+  });
+}
+
+async function waitForPort(port, open, timeoutMs = 10000) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if ((await canConnect(port)) === open) return;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  throw new Error(`port ${port} did not become ${open ? 'open' : 'closed'} within ${timeoutMs} ms`);
+}
+
+/**
+ * Starts `redis-server` on 127.0.0.1 without persistence.
+ * @param {{ port?: number, tls?: { cert: string, key: string, ca: string }, args?: string[] }} [options]
+ *   `tls`: serve TLS only (plain port 0) on `port`, client certificates not required.
+ */
+async function startRedisServer(options = {}) {
+  const port = options.port ?? (await freePort());
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nmn-redis-'));
+  const args = ['--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--daemonize', 'no'];
+  if (options.tls) {
+    args.push(
+      '--port', '0',
+      '--tls-port', String(port),
+      '--tls-cert-file', options.tls.cert,
+      '--tls-key-file', options.tls.key,
+      '--tls-ca-cert-file', options.tls.ca,
+      '--tls-auth-clients', 'no',
+    );
+  } else {
+    args.push('--port', String(port));
+  }
+  args.push(...(options.args ?? []));
+
+  let child;
+  let log = '';
+  async function launch() {
+    child = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    live.add(child);
+    child.stdout.on('data', (chunk) => {
+      log += chunk;
+    });
+    child.stderr.on('data', (chunk) => {
+      log += chunk;
+    });
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    child.exited = exited;
+    exited.then(() => live.delete(child));
+    const started = await Promise.race([
+      waitForPort(port, true).then(() => 'up'),
+      exited.then((code) => `exited with ${code}`),
+    ]);
+    if (started !== 'up') throw new Error(`redis-server did not start (${started}):\n${log}`);
+  }
+
+  async function kill(signal) {
+    if (child === undefined || child.exitCode !== null || child.signalCode !== null) return;
+    child.kill(signal);
+    await child.exited;
+  }
+
+  await launch();
+  return {
+    port,
+    get pid() {
+      return child.pid;
+    },
+    get log() {
+      return log;
+    },
+    /** Kills the server at once (no shutdown), as a crash would. */
+    crash: () => kill('SIGKILL'),
+    /** Starts it again on the same port (after crash()). */
+    restart: async () => {
+      await kill('SIGKILL');
+      await launch();
+    },
+    /** Stops it for good and removes its directory. */
+    stop: async () => {
+      await kill('SIGKILL');
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * A throwaway CA and a server certificate signed by it (for 127.0.0.1 and localhost unless
+ * `subjectAltName` says otherwise), plus a second, unrelated CA; all PEM files in a new
+ * temporary directory.
+ */
+function makeTlsFiles({ subjectAltName = 'IP:127.0.0.1,DNS:localhost' } = {}) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nmn-tls-'));
+  const file = (name) => path.join(dir, name);
+  const openssl = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
+  for (const ca of ['ca', 'other-ca']) {
+    openssl(
+      'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2',
+      '-keyout', file(`${ca}.key`), '-out', file(`${ca}.crt`), '-subj', `/CN=nmn test ${ca}`,
+    );
+  }
+  openssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', file('server.key'), '-out', file('server.csr'), '-subj', '/CN=nmn test server');
+  fs.writeFileSync(
+    file('server.ext'),
+    `basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=${subjectAltName}\n`,
+  );
+  openssl(
+    'x509', '-req', '-in', file('server.csr'), '-CA', file('ca.crt'), '-CAkey', file('ca.key'),
+    '-CAcreateserial', '-out', file('server.crt'), '-days', '2', '-extfile', file('server.ext'),
+  );
+  return {
+    dir,
+    ca: file('ca.crt'),
+    otherCa: file('other-ca.crt'),
+    cert: file('server.crt'),
+    key: file('server.key'),
+    remove: () => fs.rmSync(dir, { recursive: true, force: true }),
+  };
+}
+
+module.exports = { freePort, waitForPort, startRedisServer, makeTlsFiles };
