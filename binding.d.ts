@@ -40,6 +40,11 @@ export declare class NativeQueue {
   releasePrefetched(): Promise<void>
   /** Deletes by id (idempotent); concurrent calls share one DELETE. */
   ack(id: string): Promise<void>
+  /**
+   * Records an ack now and writes its delete in the background with the others
+   * (write-behind); `close`, `list`, `find` and `count` wait for those writes.
+   */
+  ackLater(id: string): void
   /** Replaces message `id` by a copy in one statement; null if `id` no longer exists. */
   redeliver(id: string, body: string, headers: string, delayMs: number): Promise<string | null>
   list(limit: number): Promise<Array<NativeMessage>>
