@@ -12,7 +12,7 @@ const {
   RedeliveryStamp,
   Worker,
 } = require('@schally/nestjs-messenger');
-const { SqlTransport } = require('..');
+const { SqlTransport, RedisStreamsTransport } = require('..');
 const { parseArgs } = require('./args');
 const { Progress } = require('./progress');
 
@@ -45,9 +45,14 @@ async function main() {
   const options = parseArgs(process.argv.slice(2));
   const serializer = new JsonSerializer([OrderPlaced]);
   const queueName = `demo_${process.pid}_${Date.now()}`;
-  const common = { dsn: options.dsn, queueName, name: 'demo', serializer };
-  const producer = new SqlTransport(common);
-  const consumer = new SqlTransport(common);
+  // The same program on any supported DSN: SQL engines by table queue, Redis by stream.
+  const isRedis = /^rediss?:/.test(options.dsn);
+  const make = () =>
+    isRedis
+      ? new RedisStreamsTransport({ dsn: options.dsn, stream: `messenger:{${queueName}}`, name: 'demo', serializer })
+      : new SqlTransport({ dsn: options.dsn, queueName, name: 'demo', serializer });
+  const producer = make();
+  const consumer = make();
   process.stdout.write(`Demo on ${options.dsn.replace(/:\/\/([^:@/]*):[^@/]*@/, '://$1:***@')}: ${options.messages} messages, queue ${queueName}\n`);
 
   const latencies = [];
