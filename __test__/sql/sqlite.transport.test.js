@@ -6,7 +6,7 @@
 // crash recovery, prefetch release, delayed redelivery, list/find/count, idle waits, busy
 // locks held by another process, get()/close(), and process exit. The PostgreSQL file of the
 // same name is the model. Raw rows are written and inspected with the sqlite3 CLI; the tests
-// that need it are skipped when it is absent. Multi-process consumers are in
+// that need it fail with an install hint when it is absent. Multi-process consumers are in
 // sqlite.processes.test.js.
 
 const fs = require('node:fs');
@@ -44,8 +44,19 @@ const ROOT = path.resolve(__dirname, '..', '..');
 const CORE = require.resolve('@schally/nestjs-messenger');
 const SQLITE3 = 'sqlite3';
 const HAVE_CLI = spawnSync(SQLITE3, ['-version'], { encoding: 'utf8' }).status === 0;
-/** Tests that write or inspect rows behind the transport's back need the sqlite3 CLI. */
-const itCli = HAVE_CLI ? it : it.skip;
+/**
+ * Tests that write or inspect rows behind the transport's back need the sqlite3 CLI; without
+ * it they fail (never skip) and say how to get it (.ci/run installs it).
+ */
+const itCli = (title, fn, timeout) =>
+  it(
+    title,
+    async () => {
+      if (!HAVE_CLI) throw new Error('This test needs the sqlite3 CLI: apt-get install -y sqlite3');
+      return fn();
+    },
+    timeout,
+  );
 
 const DSN = temporarySqliteDsn('nmn-str');
 const DB_PATH = DSN.slice('sqlite://'.length);
