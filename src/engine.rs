@@ -26,6 +26,22 @@ pub struct NewMessage {
     pub delay_ms: f64,
 }
 
+impl NewMessage {
+    /// A message due after `delay_ms`; a negative, NaN or infinite delay means "now".
+    pub fn new(body: String, headers: String, delay_ms: f64) -> Self {
+        let delay_ms = if delay_ms.is_finite() && delay_ms > 0.0 {
+            delay_ms
+        } else {
+            0.0
+        };
+        Self {
+            body,
+            headers,
+            delay_ms,
+        }
+    }
+}
+
 /// Everything a queue needs from storage, for one queue (table + queue name, or stream).
 pub trait Engine: Send + Sync {
     /// The in-process wake signal of this queue (local sends bump it).

@@ -201,16 +201,7 @@ mod exports {
             headers: String,
             delay_ms: f64,
         ) -> napi::Result<PromiseRaw<'env, String>> {
-            let delay_ms = if delay_ms.is_finite() && delay_ms > 0.0 {
-                delay_ms
-            } else {
-                0.0
-            };
-            let message = NewMessage {
-                body,
-                headers,
-                delay_ms,
-            };
+            let message = NewMessage::new(body, headers, delay_ms);
             // Queued here, on the calling thread: the order of send() calls is the order of
             // the rows.
             let stored = within_runtime_if_available(|| self.queue.send(message))?;
@@ -270,21 +261,9 @@ mod exports {
             headers: String,
             delay_ms: f64,
         ) -> napi::Result<Option<String>> {
-            let delay_ms = if delay_ms.is_finite() && delay_ms > 0.0 {
-                delay_ms
-            } else {
-                0.0
-            };
             Ok(self
                 .queue
-                .redeliver(
-                    &id,
-                    NewMessage {
-                        body,
-                        headers,
-                        delay_ms,
-                    },
-                )
+                .redeliver(&id, NewMessage::new(body, headers, delay_ms))
                 .await?)
         }
 

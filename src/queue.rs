@@ -225,7 +225,7 @@ impl Queue {
     /// the queue closes (false). Claims are never cancelled half-way: rows a claim returns
     /// land in the buffer, and `release_prefetched` gives them back.
     pub async fn fill(&self, wait_id: u32) -> Result<bool> {
-        let cancel = self.register_waiter(wait_id);
+        let cancel = self.waiter(wait_id);
         let outcome = self.fill_until(&cancel).await;
         self.waiters
             .lock()
@@ -339,7 +339,7 @@ impl Queue {
 
     /// The token of wait `wait_id`. A cancel may arrive before the fill that it targets has
     /// started on the runtime: it then left an already-cancelled token here, which this picks up.
-    fn register_waiter(&self, wait_id: u32) -> CancellationToken {
+    fn waiter(&self, wait_id: u32) -> CancellationToken {
         let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
         waiters
             .entry(wait_id)
@@ -350,11 +350,7 @@ impl Queue {
     /// Ends the `fill` of `wait_id` (the consumer's signal aborted), or the next one if none
     /// is running yet.
     pub fn cancel_wait(&self, wait_id: u32) {
-        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        waiters
-            .entry(wait_id)
-            .or_insert_with(|| self.closing.child_token())
-            .cancel();
+        self.waiter(wait_id).cancel();
     }
 
     /// Forgets `wait_id` once its consumer is gone (drops a cancel that no fill consumed).
