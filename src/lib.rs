@@ -14,6 +14,7 @@ pub mod ident;
 pub mod queue;
 pub mod redis;
 pub mod sql;
+pub mod targets;
 pub mod wake;
 pub mod write_behind;
 

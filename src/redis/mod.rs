@@ -9,7 +9,7 @@ pub mod slot;
 use crate::dsn::RedisDsn;
 use crate::engine::{Engine, NewMessage, StoredMessage};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sql::shared::Targets;
+use crate::targets::Targets;
 use crate::wake::{WaitOutcome, WakeBoard, WakeSignal};
 use connection::{Conn, ConnectOptions, Target};
 use futures_util::future::BoxFuture;

@@ -5,7 +5,6 @@
 pub mod mysql;
 pub mod pg_listener;
 pub mod postgres;
-pub mod shared;
 pub mod sqlite;
 
 use crate::dsn::{Dialect, SqlDsn};

@@ -3,7 +3,7 @@
 //! own session time zone (never changed, so TypeScript and native workers read each other's
 //! DATETIMEs alike), and polling plus in-process wake-ups for idle consumers.
 
-use super::shared::{FirstContact, Targets};
+use crate::targets::{FirstContact, Targets};
 use super::{
     driver_error, id_list, idle_wait, no_answer, numeric_ids, row_id, with_transient_retry,
     Capabilities, Engine, Failure, NewMessage, QueueConfig, SqlWaits, StoredMessage,

@@ -2,7 +2,7 @@
 //! insert (channel = table, payload = queue), one pool and one listener per process and DSN.
 
 use super::pg_listener::PgNotifyListener;
-use super::shared::{FirstContact, Targets};
+use crate::targets::{FirstContact, Targets};
 use super::{
     driver_error, id_list, idle_wait, no_answer, numeric_ids, row_id, with_transient_retry,
     Capabilities, Engine, Failure, NewMessage, QueueConfig, SqlWaits, StoredMessage,

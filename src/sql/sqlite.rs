@@ -4,7 +4,7 @@
 //! so several processes can share a file. Idle consumers poll, and a send in this process
 //! wakes this process's consumers at once.
 
-use super::shared::Targets;
+use crate::targets::Targets;
 use super::{
     driver_error, id_list, idle_wait, numeric_ids, row_id, with_transient_retry, Capabilities,
     Engine, Failure, NewMessage, QueueConfig, SqlWaits, StoredMessage,

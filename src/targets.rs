@@ -1,5 +1,5 @@
-//! What every engine shares per process and connection target: one registry entry per DSN
-//! (so all transports on a DSN use one pool), and a first-connection probe.
+//! What every engine (SQL and Redis) shares per process and connection target: one registry
+//! entry per DSN (so all transports on a DSN use one pool), and a first-connection probe.
 
 use crate::error::Result;
 use std::collections::HashMap;
