@@ -1,0 +1,152 @@
+//! What a SQL dialect provides to the table queue: its statements and DDL, its insert, claim
+//! and reject (the parts whose SQL shape is its own), how it opens a connection target and
+//! checks a server on first contact, and how it classifies its driver errors. Everything else
+//! (list, find, count, leases, releases, idle waits, retries, shutdown) is written once in
+//! [`super::TableQueue`] and [`super::SqlTarget`].
+//!
+//! Methods that run statements make one attempt and return the driver's error: the table
+//! queue decides what is retried and how the error is reported.
+
+use super::driver::{Driver, SqlResult};
+use super::errors::Failure;
+use super::table_queue::TableQueue;
+use super::target::SqlTarget;
+use crate::dsn::SqlDsn;
+use crate::engine::{NewMessage, StoredMessage};
+use crate::error::Result;
+use crate::targets::Targets;
+use crate::wake::WakeBoard;
+use futures_util::future::BoxFuture;
+use sqlx::database::Database;
+use sqlx::error::DatabaseError;
+use sqlx::{Connection, Pool};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The driver connection of a dialect.
+pub type DialectConnection<D> = <<D as SqlDialect>::Db as Database>::Connection;
+/// Options that open one driver connection of a dialect.
+pub type DialectConnectOptions<D> = <DialectConnection<D> as Connection>::Options;
+
+/// Facts about a dialect that the layers above (and JavaScript) branch on, instead of on its
+/// name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DialectFacts {
+    /// Short name, as DSNs and JavaScript say it: `postgres`, `mysql`, `sqlite`.
+    pub name: &'static str,
+    /// Name in messages: `<label> transport failed during …`.
+    pub label: &'static str,
+    /// Idle consumers can be woken by the database itself (PostgreSQL LISTEN/NOTIFY).
+    pub push_wakeup: bool,
+    /// A server is contacted (an embedded database has nothing to probe).
+    pub has_server: bool,
+}
+
+/// The statements every dialect writes in its own text with the same binds and columns:
+/// - `next_due` (queue, lease seconds) → `wait_ms`: ms until the next unclaimed row is due;
+/// - `list` (queue, limit) and `find` (id) → `(id, body, headers)` rows;
+/// - `count` (queue, lease seconds) → `count`: claimable rows;
+/// - `keep_head`: `… id IN ` renewing the claim of still-claimed rows, ids appended inline;
+/// - `setup`: the script that creates the table and its index if missing (idempotent).
+pub struct TableStatements {
+    pub setup: String,
+    pub next_due: String,
+    pub list: String,
+    pub find: String,
+    pub count: String,
+    pub keep_head: String,
+}
+
+/// A connection target as a dialect opens it: the shared pool, how to reach the server
+/// directly on first contact (`None` for an embedded database), and the dialect's own state.
+pub struct OpenedTarget<D: SqlDialect> {
+    pub pool: Pool<D::Db>,
+    pub probe: Option<DialectConnectOptions<D>>,
+    pub extra: D::Extra,
+}
+
+pub trait SqlDialect: Sized + Send + Sync + 'static {
+    type Db: Driver;
+    /// Per-DSN state of the dialect's own (a listener, server limits read on first contact).
+    type Extra: Send + Sync + 'static;
+    /// The dialect's own statements, beside the shared-shape [`TableStatements`].
+    type Statements: Send + Sync + 'static;
+
+    const FACTS: DialectFacts;
+
+    /// The process-wide registry of this dialect's targets (one per DSN).
+    fn targets() -> &'static Targets<SqlTarget<Self>>;
+
+    /// What identifies a target: the driver URL, unless the dialect knows better.
+    fn target_key(dsn: &SqlDsn) -> Result<String> {
+        Ok(dsn.driver_url.clone())
+    }
+
+    /// Builds a target's pool (lazily: no connection is opened here).
+    fn open_target(
+        dsn: &SqlDsn,
+        connect_timeout: Duration,
+        board: &Arc<WakeBoard>,
+    ) -> Result<OpenedTarget<Self>>;
+
+    /// Checks the server on the first connection made to it (version, limits).
+    fn first_contact<'a>(
+        _conn: &'a mut DialectConnection<Self>,
+        _target: &'a SqlTarget<Self>,
+        _op: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Lets go of the dialect's own per-target resources when the last queue closes.
+    fn close_target(_target: &SqlTarget<Self>) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+
+    /// The statements of one table (already allowlisted).
+    fn statements(table: &str, notify: bool) -> (TableStatements, Self::Statements);
+
+    /// A server error in the shared kinds, by the dialect's own codes.
+    fn classify_database(err: &dyn DatabaseError) -> Failure;
+
+    /// Any driver error in the shared kinds.
+    fn classify(err: &sqlx::Error) -> Failure {
+        super::errors::classify_with(err, Self::classify_database)
+    }
+
+    /// A server error in the dialect's words (with its code).
+    fn describe(err: &dyn DatabaseError) -> String;
+
+    /// Whether push wake-ups are live right now for this queue.
+    fn push_ready(_queue: &TableQueue<Self>) -> bool {
+        false
+    }
+
+    /// Refuses, before it is queued, a message the server is known to be unable to take.
+    fn check_message(_queue: &TableQueue<Self>, _message: &NewMessage) -> Result<()> {
+        Ok(())
+    }
+
+    /// Stores a batch and returns the new ids in input order; owns its retry policy, since
+    /// only the dialect knows whether its statement can have run when it failed.
+    fn insert(
+        queue: &TableQueue<Self>,
+        messages: Vec<NewMessage>,
+    ) -> BoxFuture<'_, Result<Vec<String>>>;
+
+    /// Claims up to `limit` due rows, oldest first.
+    fn claim(queue: &TableQueue<Self>, limit: u32) -> BoxFuture<'_, SqlResult<Vec<StoredMessage>>>;
+
+    /// Atomically replaces row `id` by `copy`; `None` if it was gone.
+    fn redeliver<'a>(
+        queue: &'a TableQueue<Self>,
+        id: i64,
+        copy: &'a NewMessage,
+    ) -> BoxFuture<'a, SqlResult<Option<String>>>;
+
+    /// Deletes rows by id (`ids` is never empty).
+    fn delete<'a>(queue: &'a TableQueue<Self>, ids: &'a [i64]) -> BoxFuture<'a, SqlResult<()>>;
+
+    /// Makes claimed rows claimable again at once (`ids` is never empty).
+    fn release<'a>(queue: &'a TableQueue<Self>, ids: &'a [i64]) -> BoxFuture<'a, SqlResult<()>>;
+}

@@ -1,0 +1,152 @@
+//! Statement execution written once for every sqlx database a dialect runs on.
+//!
+//! The shared statements (list, find, count, next due time, lease renewal) have the same
+//! binds and result columns in every dialect; only their text differs. [`Driver`] runs them
+//! for any sqlx database that can bind and decode those few types. Its bounds are stated once,
+//! on the blanket impl, so generic code only names `D::Db: Driver`.
+
+use crate::engine::StoredMessage;
+use futures_util::future::BoxFuture;
+use sqlx::database::Database;
+use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
+
+pub type SqlResult<T> = std::result::Result<T, sqlx::Error>;
+
+/// A value bound to a shared statement, in placeholder order.
+#[derive(Debug, Clone, Copy)]
+pub enum Param<'a> {
+    Text(&'a str),
+    Float(f64),
+    Int(i64),
+}
+
+/// The generic statement runner; implemented for every database below, never by hand.
+pub trait Driver: Database {
+    /// Rows of `(id, body, headers)` as messages.
+    fn fetch_messages<'a>(
+        pool: &'a Pool<Self>,
+        sql: &'a str,
+        params: &'a [Param<'a>],
+    ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>>;
+
+    /// At most one `(id, body, headers)` row.
+    fn fetch_message<'a>(
+        pool: &'a Pool<Self>,
+        sql: &'a str,
+        params: &'a [Param<'a>],
+    ) -> BoxFuture<'a, SqlResult<Option<StoredMessage>>>;
+
+    /// The `count` column of a one-row result.
+    fn fetch_count<'a>(
+        pool: &'a Pool<Self>,
+        sql: &'a str,
+        params: &'a [Param<'a>],
+    ) -> BoxFuture<'a, SqlResult<i64>>;
+
+    /// The nullable `wait_ms` column of a one-row result.
+    fn fetch_wait_ms<'a>(
+        pool: &'a Pool<Self>,
+        sql: &'a str,
+        params: &'a [Param<'a>],
+    ) -> BoxFuture<'a, SqlResult<Option<f64>>>;
+
+    /// Runs statement text with nothing bound (inlined integer id lists, or a script of
+    /// several statements).
+    fn execute_text(pool: &Pool<Self>, sql: String) -> BoxFuture<'_, SqlResult<()>>;
+
+    /// A `(id, body, headers)` row as a message.
+    fn message_of(row: &Self::Row) -> SqlResult<StoredMessage>;
+}
+
+impl<DB> Driver for DB
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> f64: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB>,
+    for<'r> f64: Decode<'r, DB>,
+    &'static str: ColumnIndex<DB::Row>,
+{
+    fn fetch_messages<'a>(
+        pool: &'a Pool<Self>,
+        sql: &'a str,
+        params: &'a [Param<'a>],
+    ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>> {
+        Box::pin(async move {
+            let rows = bound::<DB>(sql, params).fetch_all(pool).await?;
+            rows.iter().map(Self::message_of).collect()
+        })
+    }
+
+    fn fetch_message<'a>(
+        pool: &'a Pool<Self>,
+        sql: &'a str,
+        params: &'a [Param<'a>],
+    ) -> BoxFuture<'a, SqlResult<Option<StoredMessage>>> {
+        Box::pin(async move {
+            let row = bound::<DB>(sql, params).fetch_optional(pool).await?;
+            row.as_ref().map(Self::message_of).transpose()
+        })
+    }
+
+    fn fetch_count<'a>(
+        pool: &'a Pool<Self>,
+        sql: &'a str,
+        params: &'a [Param<'a>],
+    ) -> BoxFuture<'a, SqlResult<i64>> {
+        Box::pin(async move {
+            let row = bound::<DB>(sql, params).fetch_one(pool).await?;
+            row.try_get::<i64, _>("count")
+        })
+    }
+
+    fn fetch_wait_ms<'a>(
+        pool: &'a Pool<Self>,
+        sql: &'a str,
+        params: &'a [Param<'a>],
+    ) -> BoxFuture<'a, SqlResult<Option<f64>>> {
+        Box::pin(async move {
+            let row = bound::<DB>(sql, params).fetch_one(pool).await?;
+            row.try_get::<Option<f64>, _>("wait_ms")
+        })
+    }
+
+    fn execute_text(pool: &Pool<Self>, sql: String) -> BoxFuture<'_, SqlResult<()>> {
+        Box::pin(async move {
+            sqlx::raw_sql(&sql).execute(pool).await?;
+            Ok(())
+        })
+    }
+
+    fn message_of(row: &Self::Row) -> SqlResult<StoredMessage> {
+        Ok(StoredMessage {
+            id: row.try_get("id")?,
+            body: row.try_get("body")?,
+            headers: row.try_get("headers")?,
+        })
+    }
+}
+
+/// `sql` with `params` bound in order.
+fn bound<'a, DB>(
+    sql: &'a str,
+    params: &'a [Param<'a>],
+) -> sqlx::query::Query<'a, DB, DB::Arguments<'a>>
+where
+    DB: Database,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> f64: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+{
+    params
+        .iter()
+        .fold(sqlx::query::<DB>(sql), |query, param| match *param {
+            Param::Text(text) => query.bind(text),
+            Param::Float(value) => query.bind(value),
+            Param::Int(value) => query.bind(value),
+        })
+}

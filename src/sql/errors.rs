@@ -1,0 +1,87 @@
+//! One shared kind for every dialect's driver errors: each dialect classifies its own codes
+//! into a [`Failure`], and one function builds the user-facing error from it (with secrets
+//! scrubbed), so every dialect reports alike.
+
+use crate::error::{Error, ErrorKind};
+use std::time::Duration;
+
+/// How a dialect classifies a driver error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    Connection,
+    NotFound,
+    /// Serialization failure / deadlock / lock wait timeout / busy file: worth another attempt.
+    Transient,
+    Other,
+}
+
+/// Classifies a driver error: failures below the database (I/O, TLS, pool) are the same in
+/// every dialect; a server error is classified by the dialect's own codes.
+pub fn classify_with(
+    err: &sqlx::Error,
+    classify_database: impl Fn(&dyn sqlx::error::DatabaseError) -> Failure,
+) -> Failure {
+    match err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => Failure::Connection,
+        sqlx::Error::Database(db) => classify_database(db.as_ref()),
+        _ => Failure::Other,
+    }
+}
+
+/// Builds the user-facing error `<Dialect> transport failed during "<op>": <driver message>`.
+pub fn driver_error(
+    label: &str,
+    op: &str,
+    failure: Failure,
+    detail: &str,
+    secrets: &[String],
+) -> Error {
+    let kind = match failure {
+        Failure::Connection => ErrorKind::Connection,
+        Failure::NotFound => ErrorKind::NotFound,
+        Failure::Transient | Failure::Other => ErrorKind::Transport,
+    };
+    Error::new(
+        kind,
+        format!("{label} transport failed during \"{op}\": {detail}"),
+    )
+    .redacted(secrets)
+}
+
+/// The error for a server that accepted no connection within the connect timeout.
+pub fn no_answer(label: &str, op: &str, timeout: Duration, secrets: &[String]) -> Error {
+    driver_error(
+        label,
+        op,
+        Failure::Connection,
+        &format!(
+            "no answer from the server within {} ms",
+            timeout.as_millis()
+        ),
+        secrets,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_below_the_database_are_connection_failures_in_every_dialect() {
+        let never = |_: &dyn sqlx::error::DatabaseError| Failure::Other;
+        assert_eq!(
+            classify_with(&sqlx::Error::PoolTimedOut, never),
+            Failure::Connection
+        );
+        let io = sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(classify_with(&io, never), Failure::Connection);
+        assert_eq!(
+            classify_with(&sqlx::Error::RowNotFound, never),
+            Failure::Other
+        );
+    }
+}

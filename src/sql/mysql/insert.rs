@@ -1,0 +1,96 @@
+//! MySQL sends: multi-row INSERTs cut so that no statement exceeds the server's
+//! `max_allowed_packet`. A batch that fits one packet is one autocommit statement; a larger
+//! one is one transaction over several, so a send never half-succeeds. Ids are computed from
+//! the first id of each statement: InnoDB gives a simple multi-row insert consecutive ids,
+//! spaced by `auto_increment_increment`.
+
+use super::MySql;
+use crate::engine::NewMessage;
+use crate::error::{Error, Result};
+use crate::sql::driver::SqlResult;
+use crate::sql::table_queue::TableQueue;
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+
+/// Leave room for the statement text and protocol framing in `max_allowed_packet`.
+const PACKET_HEADROOM: u64 = 64 * 1024;
+
+/// Splits a batch so that no statement exceeds `max_allowed_packet`; a single message that
+/// cannot fit is refused before anything is written.
+pub fn packets(queue: &TableQueue<MySql>, messages: &[NewMessage]) -> Result<Vec<Range<usize>>> {
+    let max_packet = queue.target.extra.max_packet.load(Ordering::Relaxed);
+    let limit = max_packet.saturating_sub(PACKET_HEADROOM).max(1024);
+    let mut ranges = Vec::new();
+    let (mut start, mut size) = (0usize, 0u64);
+    for (i, m) in messages.iter().enumerate() {
+        // Bound as a prepared statement, strings travel unescaped with a length prefix.
+        let bytes = (m.body.len() + m.headers.len() + queue.config.queue.len() + 64) as u64;
+        if bytes > limit {
+            return Err(Error::transport(format!(
+                "MySQL transport failed during \"send\": a message of {bytes} bytes does not fit the server's max_allowed_packet ({max_packet} bytes); raise max_allowed_packet on the server."
+            )));
+        }
+        if size + bytes > limit && i > start {
+            ranges.push(start..i);
+            start = i;
+            size = 0;
+        }
+        size += bytes;
+    }
+    if start < messages.len() {
+        ranges.push(start..messages.len());
+    }
+    Ok(ranges)
+}
+
+/// One attempt at storing a batch cut into `ranges`.
+pub async fn insert_once(
+    queue: &TableQueue<MySql>,
+    messages: &[NewMessage],
+    ranges: &[Range<usize>],
+) -> SqlResult<Vec<String>> {
+    let step = queue.target.extra.id_step.load(Ordering::Relaxed);
+    let ids_of =
+        |first: u64, rows: usize| (0..rows as u64).map(move |i| (first + i * step).to_string());
+    let mut ids = Vec::with_capacity(messages.len());
+    if let [range] = ranges {
+        let chunk = &messages[range.clone()];
+        let sql = queue.sql.insert(chunk.len());
+        let done = bind_rows(queue, &sql, chunk)
+            .execute(&queue.target.pool)
+            .await?;
+        ids.extend(ids_of(done.last_insert_id(), chunk.len()));
+        return Ok(ids);
+    }
+    let mut tx = queue.target.pool.begin().await?;
+    for range in ranges {
+        let chunk = &messages[range.clone()];
+        let sql = queue.sql.insert(chunk.len());
+        let done = bind_rows(queue, &sql, chunk).execute(&mut *tx).await?;
+        ids.extend(ids_of(done.last_insert_id(), chunk.len()));
+    }
+    tx.commit().await?;
+    Ok(ids)
+}
+
+/// The multi-row INSERT for `chunk`; the delay travels in microseconds.
+fn bind_rows<'q>(
+    queue: &'q TableQueue<MySql>,
+    sql: &'q str,
+    chunk: &'q [NewMessage],
+) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+    let mut query = sqlx::query(sql).persistent(chunk.len() <= 8);
+    for m in chunk {
+        query = query
+            .bind(&queue.config.queue)
+            .bind(&m.body)
+            .bind(&m.headers)
+            .bind(delay_micros(m));
+    }
+    query
+}
+
+/// A message's delay in whole microseconds, as `INTERVAL ? MICROSECOND` takes it.
+pub fn delay_micros(message: &NewMessage) -> i64 {
+    (message.delay_ms * 1000.0).round() as i64
+}

@@ -1,0 +1,228 @@
+//! MySQL 8 / MariaDB ≥ 10.6: the upstream table (LONGTEXT, utf8mb4, inline index), batch
+//! claims with `FOR UPDATE SKIP LOCKED` in one short transaction, `NOW(3)` in the server's
+//! own session time zone (never changed, so TypeScript and native workers read each other's
+//! DATETIMEs alike), and polling plus in-process wake-ups for idle consumers.
+
+mod errors;
+mod insert;
+mod statements;
+mod version;
+
+use crate::dsn::SqlDsn;
+use crate::engine::{NewMessage, StoredMessage};
+use crate::error::Result;
+use crate::sql::dialect::{
+    DialectConnection, DialectFacts, OpenedTarget, SqlDialect, TableStatements,
+};
+use crate::sql::driver::{Driver, SqlResult};
+use crate::sql::errors::Failure;
+use crate::sql::ids::id_list;
+use crate::sql::retry::with_transient_retry;
+use crate::sql::table_queue::TableQueue;
+use crate::sql::target::{invalid_dsn, server_pool_options, SqlTarget};
+use crate::targets::Targets;
+use crate::wake::WakeBoard;
+use futures_util::future::BoxFuture;
+use sqlx::error::DatabaseError;
+use sqlx::mysql::MySqlConnectOptions;
+use sqlx::{ConnectOptions, Row};
+use statements::MySqlStatements;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+pub struct MySql;
+
+/// Server settings batching depends on, read on first contact.
+pub struct MySqlExtra {
+    max_packet: AtomicU64,
+    id_step: AtomicU64,
+}
+
+static TARGETS: LazyLock<Targets<SqlTarget<MySql>>> = LazyLock::new(Targets::default);
+
+impl SqlDialect for MySql {
+    type Db = sqlx::MySql;
+    type Extra = MySqlExtra;
+    type Statements = MySqlStatements;
+
+    const FACTS: DialectFacts = DialectFacts {
+        name: "mysql",
+        label: "MySQL",
+        push_wakeup: false,
+        has_server: true,
+    };
+
+    fn targets() -> &'static Targets<SqlTarget<Self>> {
+        &TARGETS
+    }
+
+    fn open_target(
+        dsn: &SqlDsn,
+        connect_timeout: Duration,
+        _board: &Arc<WakeBoard>,
+    ) -> Result<OpenedTarget<Self>> {
+        let options = MySqlConnectOptions::from_str(&dsn.driver_url)
+            .map_err(|e| invalid_dsn(dsn, e))?
+            // Keep the server's session defaults (time zone above all): see the module doc.
+            .timezone(None)
+            .pipes_as_concat(false)
+            .no_engine_substitution(false)
+            .charset("utf8mb4")
+            .disable_statement_logging();
+        let pool = server_pool_options(connect_timeout)
+            // READ COMMITTED: a claim's UPDATE … WHERE id IN (…) may scan the primary key;
+            // under REPEATABLE READ that locks every row it passes (other queues, rows being
+            // inserted by other sessions) until commit, stalling claims and deadlocking sends.
+            // Under READ COMMITTED rows that do not match are not locked. (The time zone is
+            // left alone: see the module doc.)
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    sqlx::Executor::execute(
+                        &mut *conn,
+                        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                    )
+                    .await
+                    .map(|_| ())
+                })
+            })
+            .connect_lazy_with(options.clone());
+        Ok(OpenedTarget {
+            pool,
+            probe: Some(options),
+            extra: MySqlExtra {
+                max_packet: AtomicU64::new(16 * 1024 * 1024),
+                id_step: AtomicU64::new(1),
+            },
+        })
+    }
+
+    /// Checks the server version and reads the settings batching depends on.
+    fn first_contact<'a>(
+        conn: &'a mut DialectConnection<Self>,
+        target: &'a SqlTarget<Self>,
+        op: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let row = sqlx::query(
+                "SELECT VERSION() AS version, CAST(@@max_allowed_packet AS UNSIGNED) AS max_packet, \
+                 CAST(@@auto_increment_increment AS UNSIGNED) AS id_step",
+            )
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| target.error(op, &e))?;
+            let version: String = row.try_get("version").map_err(|e| target.error(op, &e))?;
+            version::check_server_version(&version)?;
+            let max_packet: u64 = row
+                .try_get("max_packet")
+                .map_err(|e| target.error(op, &e))?;
+            let id_step: u64 = row.try_get("id_step").map_err(|e| target.error(op, &e))?;
+            target.extra.max_packet.store(max_packet, Ordering::Relaxed);
+            target
+                .extra
+                .id_step
+                .store(id_step.max(1), Ordering::Relaxed);
+            Ok(())
+        })
+    }
+
+    fn statements(table: &str, _notify: bool) -> (TableStatements, MySqlStatements) {
+        statements::statements(table)
+    }
+
+    fn classify_database(err: &dyn DatabaseError) -> Failure {
+        errors::classify_database(err)
+    }
+
+    fn describe(err: &dyn DatabaseError) -> String {
+        errors::describe(err)
+    }
+
+    fn check_message(queue: &TableQueue<Self>, message: &NewMessage) -> Result<()> {
+        // The server's limit is known once it answered; before that, the batch check decides.
+        if queue.target.reached() {
+            insert::packets(queue, std::slice::from_ref(message))?;
+        }
+        Ok(())
+    }
+
+    fn insert(
+        queue: &TableQueue<Self>,
+        messages: Vec<NewMessage>,
+    ) -> BoxFuture<'_, Result<Vec<String>>> {
+        Box::pin(async move {
+            let ranges = insert::packets(queue, &messages)?;
+            with_transient_retry(Self::classify, || {
+                insert::insert_once(queue, &messages, &ranges)
+            })
+            .await
+            .map_err(|e| queue.err("send", e))
+        })
+    }
+
+    /// One claim transaction: lock a batch with SKIP LOCKED, mark it delivered, commit.
+    fn claim(queue: &TableQueue<Self>, limit: u32) -> BoxFuture<'_, SqlResult<Vec<StoredMessage>>> {
+        Box::pin(async move {
+            let mut tx = queue.target.pool.begin().await?;
+            let rows = sqlx::query(&queue.sql.claim_select)
+                .bind(&queue.config.queue)
+                .bind(queue.config.redeliver_timeout_seconds)
+                .bind(i64::from(limit))
+                .fetch_all(&mut *tx)
+                .await?;
+            let claimed = rows
+                .iter()
+                .map(sqlx::MySql::message_of)
+                .collect::<SqlResult<Vec<_>>>()?;
+            if !claimed.is_empty() {
+                let ids: Vec<i64> = claimed.iter().filter_map(|m| m.id.parse().ok()).collect();
+                let sql = format!("{}{}", queue.sql.mark_delivered_head, id_list(&ids));
+                sqlx::query(&sql)
+                    .persistent(false)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(claimed)
+        })
+    }
+
+    /// Deletes the original and inserts the copy in one transaction.
+    fn redeliver<'a>(
+        queue: &'a TableQueue<Self>,
+        id: i64,
+        copy: &'a NewMessage,
+    ) -> BoxFuture<'a, SqlResult<Option<String>>> {
+        Box::pin(async move {
+            let mut tx = queue.target.pool.begin().await?;
+            let deleted = sqlx::query(&queue.sql.redeliver_delete)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            if deleted.rows_affected() == 0 {
+                tx.rollback().await?;
+                return Ok(None);
+            }
+            let done = sqlx::query(&queue.sql.insert_one)
+                .bind(&queue.config.queue)
+                .bind(&copy.body)
+                .bind(&copy.headers)
+                .bind(insert::delay_micros(copy))
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(Some(done.last_insert_id().to_string()))
+        })
+    }
+
+    fn delete<'a>(queue: &'a TableQueue<Self>, ids: &'a [i64]) -> BoxFuture<'a, SqlResult<()>> {
+        let sql = format!("{}{}", queue.sql.delete_head, id_list(ids));
+        sqlx::MySql::execute_text(&queue.target.pool, sql)
+    }
+
+    fn release<'a>(queue: &'a TableQueue<Self>, ids: &'a [i64]) -> BoxFuture<'a, SqlResult<()>> {
+        let sql = format!("{}{}", queue.sql.release_head, id_list(ids));
+        sqlx::MySql::execute_text(&queue.target.pool, sql)
+    }
+}

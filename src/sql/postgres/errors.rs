@@ -1,0 +1,28 @@
+//! PostgreSQL's driver errors in the shared [`Failure`] kinds, by SQLSTATE.
+
+use crate::sql::errors::Failure;
+use sqlx::error::DatabaseError;
+
+/// SQLSTATE classes: 08 connection, 28 authorization, 57P shutdown/cannot connect, 3D000
+/// unknown database; 42P01 undefined table; 40001/40P01 serialization failure/deadlock.
+pub fn classify_database(db: &dyn DatabaseError) -> Failure {
+    match db.code().as_deref() {
+        Some("42P01") => Failure::NotFound,
+        Some("40001" | "40P01") => Failure::Transient,
+        Some("3D000") => Failure::Connection,
+        Some(code)
+            if code.starts_with("08") || code.starts_with("28") || code.starts_with("57P") =>
+        {
+            Failure::Connection
+        }
+        _ => Failure::Other,
+    }
+}
+
+/// The server's message with its SQLSTATE.
+pub fn describe(db: &dyn DatabaseError) -> String {
+    match db.code() {
+        Some(code) => format!("{} (SQLSTATE {code})", db.message()),
+        None => db.message().to_owned(),
+    }
+}

@@ -1,0 +1,191 @@
+//! PostgreSQL: the upstream table, batch claims with `FOR UPDATE SKIP LOCKED` in one
+//! statement, sends as one `unnest` INSERT with NOTIFY (channel = table, payload = queue) in
+//! the same statement, and one LISTEN connection per process and DSN for push wake-ups.
+
+mod errors;
+mod listener;
+mod statements;
+
+use crate::dsn::SqlDsn;
+use crate::engine::{NewMessage, StoredMessage};
+use crate::error::Result;
+use crate::sql::dialect::{DialectFacts, OpenedTarget, SqlDialect, TableStatements};
+use crate::sql::driver::{Driver, SqlResult};
+use crate::sql::errors::Failure;
+use crate::sql::retry::with_transient_retry;
+use crate::sql::table_queue::TableQueue;
+use crate::sql::target::{invalid_dsn, server_pool_options, SqlTarget};
+use crate::targets::Targets;
+use crate::wake::WakeBoard;
+use futures_util::future::BoxFuture;
+use listener::PgNotifyListener;
+use sqlx::error::DatabaseError;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Row};
+use statements::PgStatements;
+use std::str::FromStr;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+pub struct Postgres;
+
+/// PostgreSQL's per-DSN state: the LISTEN connection shared by the DSN's queues.
+pub struct PgExtra {
+    listener: Arc<PgNotifyListener>,
+}
+
+static TARGETS: LazyLock<Targets<SqlTarget<Postgres>>> = LazyLock::new(Targets::default);
+
+impl SqlDialect for Postgres {
+    type Db = sqlx::Postgres;
+    type Extra = PgExtra;
+    type Statements = PgStatements;
+
+    const FACTS: DialectFacts = DialectFacts {
+        name: "postgres",
+        label: "PostgreSQL",
+        push_wakeup: true,
+        has_server: true,
+    };
+
+    fn targets() -> &'static Targets<SqlTarget<Self>> {
+        &TARGETS
+    }
+
+    fn open_target(
+        dsn: &SqlDsn,
+        connect_timeout: Duration,
+        board: &Arc<WakeBoard>,
+    ) -> Result<OpenedTarget<Self>> {
+        let options = PgConnectOptions::from_str(&dsn.driver_url)
+            .map_err(|e| invalid_dsn(dsn, e))?
+            .disable_statement_logging();
+        let pool = server_pool_options(connect_timeout).connect_lazy_with(options.clone());
+        let listener_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .test_before_acquire(false)
+            .acquire_timeout(connect_timeout)
+            .idle_timeout(None)
+            .connect_lazy_with(options.clone());
+        Ok(OpenedTarget {
+            pool,
+            probe: Some(options),
+            extra: PgExtra {
+                listener: PgNotifyListener::new(listener_pool, board.clone()),
+            },
+        })
+    }
+
+    fn close_target(target: &SqlTarget<Self>) -> BoxFuture<'_, ()> {
+        Box::pin(target.extra.listener.stop())
+    }
+
+    fn statements(table: &str, notify: bool) -> (TableStatements, PgStatements) {
+        statements::statements(table, notify)
+    }
+
+    fn classify_database(err: &dyn DatabaseError) -> Failure {
+        errors::classify_database(err)
+    }
+
+    fn describe(err: &dyn DatabaseError) -> String {
+        errors::describe(err)
+    }
+
+    fn push_ready(queue: &TableQueue<Self>) -> bool {
+        queue
+            .target
+            .extra
+            .listener
+            .is_listening(&queue.config.table)
+    }
+
+    fn insert(
+        queue: &TableQueue<Self>,
+        messages: Vec<NewMessage>,
+    ) -> BoxFuture<'_, Result<Vec<String>>> {
+        Box::pin(async move {
+            let count = messages.len();
+            let mut bodies = Vec::with_capacity(count);
+            let mut headers = Vec::with_capacity(count);
+            let mut delays = Vec::with_capacity(count);
+            for m in messages {
+                bodies.push(m.body);
+                headers.push(m.headers);
+                delays.push(m.delay_ms);
+            }
+            let rows = with_transient_retry(Self::classify, || {
+                sqlx::query(&queue.sql.insert)
+                    .bind(&queue.config.queue)
+                    .bind(&bodies)
+                    .bind(&headers)
+                    .bind(&delays)
+                    .bind(&queue.config.table)
+                    .fetch_all(&queue.target.pool)
+            })
+            .await
+            .map_err(|e| queue.err("send", e))?;
+            let mut ids = Vec::with_capacity(rows.len());
+            for row in &rows {
+                ids.push(
+                    row.try_get::<String, _>("id")
+                        .map_err(|e| queue.err("send", e))?,
+                );
+            }
+            // Ids ascend in insertion order; sort numerically (text order would put "10" < "9").
+            ids.sort_by_key(|id| (id.len(), id.clone()));
+            Ok(ids)
+        })
+    }
+
+    fn claim(queue: &TableQueue<Self>, limit: u32) -> BoxFuture<'_, SqlResult<Vec<StoredMessage>>> {
+        Box::pin(async move {
+            let rows = sqlx::query(&queue.sql.claim)
+                .bind(&queue.config.queue)
+                .bind(queue.config.redeliver_timeout_seconds)
+                .bind(i64::from(limit))
+                .fetch_all(&queue.target.pool)
+                .await?;
+            rows.iter().map(sqlx::Postgres::message_of).collect()
+        })
+    }
+
+    fn redeliver<'a>(
+        queue: &'a TableQueue<Self>,
+        id: i64,
+        copy: &'a NewMessage,
+    ) -> BoxFuture<'a, SqlResult<Option<String>>> {
+        Box::pin(async move {
+            let row = sqlx::query(&queue.sql.redeliver)
+                .bind(id)
+                .bind(&copy.body)
+                .bind(&copy.headers)
+                .bind(copy.delay_ms)
+                .bind(&queue.config.table)
+                .fetch_optional(&queue.target.pool)
+                .await?;
+            row.map(|r| r.try_get::<String, _>("id")).transpose()
+        })
+    }
+
+    fn delete<'a>(queue: &'a TableQueue<Self>, ids: &'a [i64]) -> BoxFuture<'a, SqlResult<()>> {
+        Box::pin(async move {
+            sqlx::query(&queue.sql.delete)
+                .bind(ids)
+                .execute(&queue.target.pool)
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn release<'a>(queue: &'a TableQueue<Self>, ids: &'a [i64]) -> BoxFuture<'a, SqlResult<()>> {
+        Box::pin(async move {
+            sqlx::query(&queue.sql.release)
+                .bind(ids)
+                .bind(&queue.config.table)
+                .execute(&queue.target.pool)
+                .await?;
+            Ok(())
+        })
+    }
+}

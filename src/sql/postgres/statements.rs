@@ -1,0 +1,143 @@
+//! PostgreSQL's SQL for one table, built once (the table name is allowlisted before it gets
+//! here). The DDL is upstream's byte for byte; NOTIFY (channel = table, payload = queue) is in
+//! the statements only when `useNotify` is on.
+
+use crate::sql::dialect::TableStatements;
+
+/// PostgreSQL's own statements (the shared-shape ones are in [`TableStatements`]).
+pub struct PgStatements {
+    pub create_table: String,
+    pub create_index: String,
+    /// `(queue, bodies[], headers[], delays_ms[], channel)` → ids, one NOTIFY per statement.
+    pub insert: String,
+    /// `(queue, lease seconds, limit)` → claimed `(id, body, headers)`, in claim order.
+    pub claim: String,
+    /// `(ids[])`.
+    pub delete: String,
+    /// `(id, body, headers, delay_ms, channel)` → the copy's id, or no row if `id` was gone.
+    pub redeliver: String,
+    /// `(ids[], channel)`.
+    pub release: String,
+}
+
+pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
+    // Predicate and order shared with upstream workers (mixed fleets): due, and either
+    // never delivered or delivered longer ago than the redelivery timeout.
+    let claimable = "queue_name = $1 AND available_at <= now() \
+         AND (delivered_at IS NULL OR delivered_at < now() - make_interval(secs => $2::float8))";
+    let insert = if notify {
+        format!(
+            "WITH ins AS ( \
+               INSERT INTO {t} (queue_name, body, headers, available_at) \
+               SELECT $1::text, m.body, m.headers, now() + make_interval(secs => m.delay_ms / 1000) \
+               FROM unnest($2::text[], $3::text[], $4::float8[]) WITH ORDINALITY AS m(body, headers, delay_ms, ord) \
+               ORDER BY m.ord RETURNING id \
+             ), notified AS MATERIALIZED (SELECT pg_notify($5::text, $1::text)) \
+             SELECT ins.id::text AS id FROM ins CROSS JOIN notified ORDER BY ins.id"
+        )
+    } else {
+        format!(
+            "WITH ins AS ( \
+               INSERT INTO {t} (queue_name, body, headers, available_at) \
+               SELECT $1::text, m.body, m.headers, now() + make_interval(secs => m.delay_ms / 1000) \
+               FROM unnest($2::text[], $3::text[], $4::float8[]) WITH ORDINALITY AS m(body, headers, delay_ms, ord) \
+               ORDER BY m.ord RETURNING id \
+             ) SELECT ins.id::text AS id FROM ins ORDER BY ins.id"
+        )
+    };
+    let redeliver_tail = if notify {
+        "SELECT ins.id::text AS id FROM ins CROSS JOIN LATERAL (SELECT pg_notify($5::text, ins.queue_name)) AS n"
+    } else {
+        "SELECT ins.id::text AS id FROM ins WHERE $5::text IS NOT NULL"
+    };
+    let release = if notify {
+        format!(
+            "WITH r AS (UPDATE {t} SET delivered_at = NULL WHERE id = ANY($1::bigint[]) RETURNING queue_name) \
+             SELECT count(*) FROM (SELECT DISTINCT queue_name FROM r) AS q \
+             CROSS JOIN LATERAL (SELECT pg_notify($2::text, q.queue_name)) AS n"
+        )
+    } else {
+        format!(
+            "UPDATE {t} SET delivered_at = NULL WHERE id = ANY($1::bigint[]) AND $2::text IS NOT NULL"
+        )
+    };
+    let create_table = format!(
+        "CREATE TABLE IF NOT EXISTS {t} (\n  id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,\n  body TEXT NOT NULL,\n  headers TEXT NOT NULL,\n  queue_name VARCHAR(190) NOT NULL,\n  created_at TIMESTAMPTZ(3) NOT NULL DEFAULT now(),\n  available_at TIMESTAMPTZ(3) NOT NULL,\n  delivered_at TIMESTAMPTZ(3)\n)"
+    );
+    let create_index = format!(
+        "CREATE INDEX IF NOT EXISTS {t}_claim_idx ON {t} (queue_name, available_at, delivered_at, id)"
+    );
+    let shared = TableStatements {
+        // Concurrent CREATE … IF NOT EXISTS can still collide in the catalog: one process at
+        // a time per table. A multi-statement simple query is one implicit transaction, so
+        // the transaction-scoped lock holds until both are done. (The name is allowlisted.)
+        setup: format!(
+            "SELECT pg_advisory_xact_lock(hashtext('nestjs-messenger:{t}')); {create_table}; {create_index}"
+        ),
+        keep_head: format!(
+            "UPDATE {t} SET delivered_at = now() WHERE delivered_at IS NOT NULL AND id IN "
+        ),
+        next_due: format!(
+            "SELECT (extract(epoch FROM (min(available_at) - now())) * 1000)::float8 AS wait_ms \
+             FROM {t} WHERE queue_name = $1 \
+             AND (delivered_at IS NULL OR delivered_at < now() - make_interval(secs => $2::float8))"
+        ),
+        list: format!(
+            "SELECT id::text AS id, body, headers FROM {t} WHERE queue_name = $1 ORDER BY {t}.available_at, {t}.id LIMIT $2"
+        ),
+        find: format!("SELECT id::text AS id, body, headers FROM {t} WHERE id = $1"),
+        count: format!("SELECT count(*) AS count FROM {t} WHERE {claimable}"),
+    };
+    let own = PgStatements {
+        create_table,
+        create_index,
+        insert,
+        claim: format!(
+            "WITH due AS ( \
+               SELECT id FROM {t} WHERE {claimable} \
+               ORDER BY available_at, delivered_at, id LIMIT $3 FOR UPDATE SKIP LOCKED \
+             ), claimed AS ( \
+               UPDATE {t} AS m SET delivered_at = now() FROM due WHERE m.id = due.id \
+               RETURNING m.id, m.body, m.headers, m.available_at \
+             ) SELECT claimed.id::text AS id, body, headers FROM claimed ORDER BY claimed.available_at, claimed.id"
+        ),
+        delete: format!("DELETE FROM {t} WHERE id = ANY($1::bigint[])"),
+        redeliver: format!(
+            "WITH original AS (DELETE FROM {t} WHERE id = $1 RETURNING queue_name), \
+             ins AS ( \
+               INSERT INTO {t} (queue_name, body, headers, available_at) \
+               SELECT queue_name, $2::text, $3::text, now() + make_interval(secs => $4::float8 / 1000) \
+               FROM original RETURNING id, queue_name \
+             ) {redeliver_tail}"
+        ),
+        release,
+    };
+    (shared, own)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ddl_is_upstream_byte_for_byte() {
+        let (_, sql) = statements("messenger_messages", true);
+        assert_eq!(
+            sql.create_table,
+            "CREATE TABLE IF NOT EXISTS messenger_messages (\n  id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,\n  body TEXT NOT NULL,\n  headers TEXT NOT NULL,\n  queue_name VARCHAR(190) NOT NULL,\n  created_at TIMESTAMPTZ(3) NOT NULL DEFAULT now(),\n  available_at TIMESTAMPTZ(3) NOT NULL,\n  delivered_at TIMESTAMPTZ(3)\n)"
+        );
+        assert_eq!(
+            sql.create_index,
+            "CREATE INDEX IF NOT EXISTS messenger_messages_claim_idx ON messenger_messages (queue_name, available_at, delivered_at, id)"
+        );
+    }
+
+    #[test]
+    fn notify_is_only_in_the_notify_statements() {
+        let (_, on) = statements("t", true);
+        let (_, off) = statements("t", false);
+        assert!(on.insert.contains("pg_notify") && on.redeliver.contains("pg_notify"));
+        assert!(!off.insert.contains("pg_notify") && !off.redeliver.contains("pg_notify"));
+        assert!(on.claim.contains("FOR UPDATE SKIP LOCKED"));
+    }
+}

@@ -1,0 +1,59 @@
+//! The one retry policy of the SQL dialects: transient failures (deadlock, serialization
+//! failure, busy file) get two more attempts with jittered backoff; a statement that failed on
+//! a connection the server had dropped while it sat in the pool is repeated on another.
+
+use super::errors::Failure;
+use super::target::MAX_POOL_CONNECTIONS;
+use std::time::Duration;
+
+/// Runs `attempt` up to three times while it fails transiently: 100 ms, then 200 ms, ±10%.
+/// A connection the server dropped while it sat in the pool (an I/O error, or the backend's
+/// parting "terminating connection" error) fails the first statement sent on it, which never
+/// ran: the attempt is repeated at once on another connection, as many times as the pool may
+/// hold dead ones. A pool timeout is not repeated (the server is down: report it).
+pub async fn with_transient_retry<T, F, Fut>(
+    classify: impl Fn(&sqlx::Error) -> Failure,
+    mut attempt: F,
+) -> std::result::Result<T, sqlx::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, sqlx::Error>>,
+{
+    let mut delay_ms = 100.0_f64;
+    let mut tries = 0;
+    let mut stale = 0;
+    loop {
+        tries += 1;
+        match attempt().await {
+            Err(err)
+                if stale < MAX_POOL_CONNECTIONS
+                    && classify(&err) == Failure::Connection
+                    && !matches!(err, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed) =>
+            {
+                stale += 1;
+                tries -= 1;
+                continue;
+            }
+            Err(err) if tries < 3 && classify(&err) == Failure::Transient => {
+                let jitter = 0.9 + 0.2 * pseudo_random_unit();
+                tokio::time::sleep(Duration::from_micros((delay_ms * jitter * 1000.0) as u64))
+                    .await;
+                delay_ms *= 2.0;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// A cheap jitter source; the quality of randomness does not matter here.
+fn pseudo_random_unit() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(
+        std::time::SystemTime::now()
+            .elapsed()
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0),
+    );
+    (h.finish() % 10_000) as f64 / 10_000.0
+}

@@ -1,0 +1,81 @@
+//! SQLite's SQL for one table, built once (the table name is allowlisted before it gets
+//! here). Same table and column names as the other dialects; times are UTC text
+//! `YYYY-MM-DD HH:MM:SS.SSS` from SQLite's own clock (text of that shape sorts like time).
+
+use crate::sql::dialect::TableStatements;
+
+const NOW: &str = "strftime('%Y-%m-%d %H:%M:%f', 'now')";
+
+/// SQLite's own statements (the shared-shape ones are in [`TableStatements`]).
+pub struct SqliteStatements {
+    pub create_table: String,
+    pub create_index: String,
+    /// `(queue, body, headers, delay_ms)`.
+    pub insert: String,
+    /// `(queue, lease seconds, limit)` → claimed `(id, body, headers, available_at)`.
+    pub claim: String,
+    pub delete_head: String,
+    /// `(id)`.
+    pub redeliver_delete: String,
+    pub release_head: String,
+}
+
+pub fn statements(t: &str) -> (TableStatements, SqliteStatements) {
+    let expired = "strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.3f seconds', ?2))";
+    let claimable = format!(
+        "queue_name = ?1 AND available_at <= {NOW} AND (delivered_at IS NULL OR delivered_at < {expired})"
+    );
+    let create_table = format!(
+        "CREATE TABLE IF NOT EXISTS {t} (\n  id INTEGER PRIMARY KEY AUTOINCREMENT,\n  body TEXT NOT NULL,\n  headers TEXT NOT NULL,\n  queue_name VARCHAR(190) NOT NULL,\n  created_at TEXT NOT NULL,\n  available_at TEXT NOT NULL,\n  delivered_at TEXT NULL\n)"
+    );
+    let create_index = format!(
+        "CREATE INDEX IF NOT EXISTS {t}_claim_idx ON {t} (queue_name, available_at, delivered_at, id)"
+    );
+    let shared = TableStatements {
+        setup: format!("{create_table}; {create_index}"),
+        keep_head: format!(
+            "UPDATE {t} SET delivered_at = {NOW} WHERE delivered_at IS NOT NULL AND id IN "
+        ),
+        next_due: format!(
+            "SELECT (julianday(MIN(available_at)) - julianday('now')) * 86400000.0 AS wait_ms \
+             FROM {t} WHERE queue_name = ?1 AND (delivered_at IS NULL OR delivered_at < {expired})"
+        ),
+        list: format!(
+            "SELECT CAST(id AS TEXT) AS id, body, headers FROM {t} WHERE queue_name = ?1 ORDER BY {t}.available_at, {t}.id LIMIT ?2"
+        ),
+        find: format!("SELECT CAST(id AS TEXT) AS id, body, headers FROM {t} WHERE id = ?1"),
+        count: format!("SELECT COUNT(*) AS count FROM {t} WHERE {claimable}"),
+    };
+    let own = SqliteStatements {
+        create_table,
+        create_index,
+        insert: format!(
+            "INSERT INTO {t} (queue_name, body, headers, created_at, available_at) VALUES \
+             (?1, ?2, ?3, {NOW}, strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+.3f seconds', ?4 / 1000.0)))"
+        ),
+        claim: format!(
+            "UPDATE {t} SET delivered_at = {NOW} WHERE id IN ( \
+               SELECT id FROM {t} WHERE {claimable} ORDER BY available_at, delivered_at, id LIMIT ?3 \
+             ) RETURNING CAST(id AS TEXT) AS id, body, headers, available_at"
+        ),
+        delete_head: format!("DELETE FROM {t} WHERE id IN "),
+        redeliver_delete: format!("DELETE FROM {t} WHERE id = ?1"),
+        release_head: format!("UPDATE {t} SET delivered_at = NULL WHERE id IN "),
+    };
+    (shared, own)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_is_one_statement() {
+        let (_, sql) = statements("t");
+        assert!(sql.claim.starts_with("UPDATE t SET delivered_at"));
+        assert!(sql.claim.contains("RETURNING"));
+        assert!(sql
+            .create_index
+            .contains("t_claim_idx ON t (queue_name, available_at, delivered_at, id)"));
+    }
+}

@@ -1,0 +1,244 @@
+//! The table queue, written once over every dialect: one queue name in one table, as the
+//! [`Engine`] the engine-independent queue drives. It owns the glue that is the same in every
+//! dialect (first contact, retries, error reporting, id parsing, list, find, count, leases,
+//! releases, idle waits, shutdown) and hands the dialect only what is its own.
+
+use super::dialect::{SqlDialect, TableStatements};
+use super::driver::{Driver, Param};
+use super::ids::{id_list, numeric_ids, row_id};
+use super::retry::with_transient_retry;
+use super::target::SqlTarget;
+use crate::dsn::SqlDsn;
+use crate::engine::{Engine, NewMessage, StoredMessage};
+use crate::error::{Error, Result};
+use crate::wake::{WaitOutcome, WakeSignal};
+use futures_util::future::BoxFuture;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The options a table queue needs besides its DSN.
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    pub table: String,
+    pub queue: String,
+    pub redeliver_timeout_seconds: f64,
+    pub use_notify: bool,
+    pub connect_timeout: Duration,
+    pub poll_interval: Duration,
+    pub notify_timeout: Duration,
+}
+
+/// One queue of one table in dialect `D`.
+pub struct TableQueue<D: SqlDialect> {
+    pub target: Arc<SqlTarget<D>>,
+    pub config: QueueConfig,
+    /// The dialect's own statements.
+    pub sql: D::Statements,
+    shared_sql: TableStatements,
+    wake: Arc<WakeSignal>,
+}
+
+impl<D: SqlDialect> TableQueue<D> {
+    /// Joins the DSN's shared target; opens no connection.
+    pub fn open(dsn: &SqlDsn, config: QueueConfig) -> Result<Self> {
+        let target = SqlTarget::<D>::join(dsn, config.connect_timeout)?;
+        let wake = target.board.signal(&config.table, &config.queue);
+        let (shared_sql, sql) = D::statements(&config.table, config.use_notify);
+        Ok(Self {
+            target,
+            config,
+            sql,
+            shared_sql,
+            wake,
+        })
+    }
+
+    /// A driver error of operation `op` as the user's error.
+    pub fn err(&self, op: &str, e: sqlx::Error) -> Error {
+        self.target.error(op, &e)
+    }
+
+    pub async fn ready(&self, op: &str) -> Result<()> {
+        self.target.ensure_reachable(op).await
+    }
+
+    /// The queue-and-lease binds of the `count` and `next_due` statements.
+    fn queue_and_lease(&self) -> [Param<'_>; 2] {
+        [
+            Param::Text(&self.config.queue),
+            Param::Float(self.config.redeliver_timeout_seconds),
+        ]
+    }
+
+    /// Milliseconds until the next unclaimed row is due (≤ 0: due now), `None` if none is.
+    async fn next_due_in_ms(&self) -> Result<Option<f64>> {
+        let params = self.queue_and_lease();
+        D::Db::fetch_wait_ms(&self.target.pool, &self.shared_sql.next_due, &params)
+            .await
+            .map_err(|e| self.err("claim", e))
+    }
+
+    /// Sleeps until the next delayed message is due, capped by the notify timeout while push
+    /// wake-ups are live, else by the poll interval; any wake-up (a NOTIFY, a send in this
+    /// process) or `cancel` ends it early.
+    async fn idle_wait(&self, seen: u64, cancel: &CancellationToken) -> Result<WaitOutcome> {
+        let push = D::FACTS.push_wakeup && self.config.use_notify && D::push_ready(self);
+        let cap = if push {
+            self.config.notify_timeout
+        } else {
+            self.config.poll_interval
+        };
+        let timeout = if cap <= MIN_IDLE_WAIT {
+            cap
+        } else {
+            // A failed peek just means "nothing scheduled": the cap still bounds the wait.
+            match self.next_due_in_ms().await {
+                Ok(Some(ms)) => {
+                    Duration::from_secs_f64((ms.max(0.0) / 1000.0).min(cap.as_secs_f64()))
+                        .max(MIN_IDLE_WAIT)
+                }
+                _ => cap,
+            }
+        };
+        Ok(self.wake.wait(seen, timeout, cancel).await)
+    }
+}
+
+/// Shortest idle wait: due rows that SKIP LOCKED skipped are re-tried this soon.
+const MIN_IDLE_WAIT: Duration = Duration::from_millis(10);
+
+impl<D: SqlDialect> Engine for TableQueue<D> {
+    fn wake_signal(&self) -> Arc<WakeSignal> {
+        self.wake.clone()
+    }
+
+    fn setup(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            self.ready("setup").await?;
+            with_transient_retry(D::classify, || {
+                D::Db::execute_text(&self.target.pool, self.shared_sql.setup.clone())
+            })
+            .await
+            .map_err(|e| self.err("setup", e))
+        })
+    }
+
+    fn check_message(&self, message: &NewMessage) -> Result<()> {
+        D::check_message(self, message)
+    }
+
+    fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>> {
+        Box::pin(async move {
+            self.ready("send").await?;
+            D::insert(self, messages).await
+        })
+    }
+
+    fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
+        Box::pin(async move {
+            self.ready("claim").await?;
+            with_transient_retry(D::classify, || D::claim(self, limit))
+                .await
+                .map_err(|e| self.err("claim", e))
+        })
+    }
+
+    fn idle<'a>(
+        &'a self,
+        seen: u64,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<WaitOutcome>> {
+        Box::pin(self.idle_wait(seen, cancel))
+    }
+
+    fn keep_claimed(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let ids = numeric_ids(&ids);
+            if ids.is_empty() {
+                return Ok(());
+            }
+            let sql = format!("{}{}", self.shared_sql.keep_head, id_list(&ids));
+            D::Db::execute_text(&self.target.pool, sql)
+                .await
+                .map_err(|e| self.err("claim", e))
+        })
+    }
+
+    fn claim_lease(&self) -> Duration {
+        Duration::from_secs_f64(self.config.redeliver_timeout_seconds)
+    }
+
+    fn delete(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let ids = numeric_ids(&ids);
+            if ids.is_empty() {
+                return Ok(());
+            }
+            with_transient_retry(D::classify, || D::delete(self, &ids))
+                .await
+                .map_err(|e| self.err("ack", e))
+        })
+    }
+
+    fn redeliver(&self, id: String, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>> {
+        Box::pin(async move {
+            let Some(id) = row_id(&id) else {
+                return Ok(None);
+            };
+            with_transient_retry(D::classify, || D::redeliver(self, id, &copy))
+                .await
+                .map_err(|e| self.err("reject", e))
+        })
+    }
+
+    fn release(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let ids = numeric_ids(&ids);
+            if ids.is_empty() {
+                return Ok(());
+            }
+            // Idempotent (it only clears a claim), so a stale pooled connection is retried:
+            // otherwise released rows would stay hidden for the whole lease.
+            with_transient_retry(D::classify, || D::release(self, &ids))
+                .await
+                .map_err(|e| self.err("release", e))
+        })
+    }
+
+    fn list(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
+        Box::pin(async move {
+            self.ready("list").await?;
+            let params = [Param::Text(&self.config.queue), Param::Int(limit.into())];
+            D::Db::fetch_messages(&self.target.pool, &self.shared_sql.list, &params)
+                .await
+                .map_err(|e| self.err("list", e))
+        })
+    }
+
+    fn find(&self, id: String) -> BoxFuture<'_, Result<Option<StoredMessage>>> {
+        Box::pin(async move {
+            let Some(id) = row_id(&id) else {
+                return Ok(None);
+            };
+            self.ready("find").await?;
+            D::Db::fetch_message(&self.target.pool, &self.shared_sql.find, &[Param::Int(id)])
+                .await
+                .map_err(|e| self.err("find", e))
+        })
+    }
+
+    fn count(&self) -> BoxFuture<'_, Result<i64>> {
+        Box::pin(async move {
+            self.ready("count").await?;
+            let params = self.queue_and_lease();
+            D::Db::fetch_count(&self.target.pool, &self.shared_sql.count, &params)
+                .await
+                .map_err(|e| self.err("count", e))
+        })
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.target.leave())
+    }
+}

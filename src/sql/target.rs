@@ -1,0 +1,126 @@
+//! One connection target per process and DSN, shared by every queue of every dialect: the
+//! pool, the first-contact probe, the wake board, and the one place driver errors become the
+//! user's errors.
+
+use super::dialect::{DialectConnectOptions, OpenedTarget, SqlDialect};
+use super::errors::{driver_error, no_answer};
+use crate::dsn::SqlDsn;
+use crate::error::{Error, Result};
+use crate::targets::FirstContact;
+use crate::wake::WakeBoard;
+use sqlx::pool::PoolOptions;
+use sqlx::{ConnectOptions, Connection, Database, Pool};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Connections per pool (per process and DSN) of a server dialect.
+pub const MAX_POOL_CONNECTIONS: u32 = 10;
+
+pub struct SqlTarget<D: SqlDialect> {
+    key: String,
+    pub pool: Pool<D::Db>,
+    probe: Option<DialectConnectOptions<D>>,
+    pub connect_timeout: Duration,
+    pub secrets: Vec<String>,
+    pub board: Arc<WakeBoard>,
+    first_contact: FirstContact,
+    pub extra: D::Extra,
+}
+
+impl<D: SqlDialect> SqlTarget<D> {
+    /// The live target of `dsn`, or a new one; the caller is one more user until [`leave`].
+    ///
+    /// [`leave`]: SqlTarget::leave
+    pub fn join(dsn: &SqlDsn, connect_timeout: Duration) -> Result<Arc<Self>> {
+        let key = D::target_key(dsn)?;
+        D::targets().join(&key.clone(), || {
+            let board = Arc::new(WakeBoard::default());
+            let OpenedTarget { pool, probe, extra } = D::open_target(dsn, connect_timeout, &board)?;
+            Ok(Self {
+                key,
+                pool,
+                probe,
+                connect_timeout,
+                secrets: dsn.secrets.clone(),
+                board,
+                first_contact: FirstContact::default(),
+                extra,
+            })
+        })
+    }
+
+    /// Called once by a closing queue; the last one out closes the target.
+    pub async fn leave(self: &Arc<Self>) {
+        if D::targets().leave(&self.key, self) {
+            D::close_target(self).await;
+            tokio::time::timeout(Duration::from_secs(2), self.pool.close())
+                .await
+                .ok();
+        }
+    }
+
+    /// Whether the server has answered once (always, for an embedded database).
+    pub fn reached(&self) -> bool {
+        self.probe.is_none() || self.first_contact.reached()
+    }
+
+    /// Until the server has answered once, connects directly (bounded by the connect
+    /// timeout) so that an unreachable server fails at once with its real cause, and lets the
+    /// dialect check the server.
+    pub async fn ensure_reachable(&self, op: &str) -> Result<()> {
+        let Some(probe) = &self.probe else {
+            return Ok(());
+        };
+        self.first_contact
+            .ensure(|| async {
+                let mut conn =
+                    match tokio::time::timeout(self.connect_timeout, probe.connect()).await {
+                        Ok(Ok(conn)) => conn,
+                        Ok(Err(err)) => return Err(self.error(op, &err)),
+                        Err(_) => {
+                            return Err(no_answer(
+                                D::FACTS.label,
+                                op,
+                                self.connect_timeout,
+                                &self.secrets,
+                            ))
+                        }
+                    };
+                let checked = D::first_contact(&mut conn, self, op).await;
+                let _ = conn.close().await;
+                checked
+            })
+            .await
+    }
+
+    /// A driver error as the user's error, classified by the dialect, secrets scrubbed.
+    pub fn error(&self, op: &str, err: &sqlx::Error) -> Error {
+        let detail = match err {
+            sqlx::Error::PoolTimedOut => format!(
+                "no connection could be obtained within {} ms (server unreachable or pool exhausted)",
+                self.connect_timeout.as_millis()
+            ),
+            sqlx::Error::Database(db) => D::describe(db.as_ref()),
+            other => other.to_string(),
+        };
+        driver_error(D::FACTS.label, op, D::classify(err), &detail, &self.secrets)
+    }
+}
+
+/// The pool settings of a server dialect.
+pub fn server_pool_options<DB: Database>(connect_timeout: Duration) -> PoolOptions<DB> {
+    PoolOptions::new()
+        .max_connections(MAX_POOL_CONNECTIONS)
+        // A ping before every use would double the round trips; a broken connection is
+        // retried instead (see with_transient_retry).
+        .test_before_acquire(false)
+        .min_connections(0)
+        .acquire_timeout(connect_timeout)
+        .idle_timeout(Duration::from_secs(60))
+}
+
+/// An "Invalid SQL DSN" error that shows the DSN only in its redacted form.
+pub fn invalid_dsn(dsn: &SqlDsn, cause: impl std::fmt::Display) -> Error {
+    Error::connection(format!("Invalid SQL DSN \"{}\": {cause}", dsn.redacted))
+        .redacted(&dsn.secrets)
+}
