@@ -56,6 +56,12 @@ export declare class NativeQueue {
   close(): Promise<void>
 }
 
+/**
+ * Checks a table name and a queue name as `SqlTransport` takes them; throws an
+ * invalid-argument error naming the limit that was broken.
+ */
+export declare function checkSqlNames(tableName: string, queueName: string): void
+
 /** A stored message handed to JavaScript: decimal id, body and headers as stored. */
 export interface NativeMessage {
   id: string
@@ -79,8 +85,21 @@ export interface RedisQueueOptions {
   connectTimeoutMs: number
 }
 
-/** Which engine a DSN names (`postgres`, `mysql` or `sqlite`); throws for a bad DSN. */
-export declare function sqlEngineOf(dsn: string): string
+/**
+ * What JavaScript may know of the SQL dialect a DSN names, so that it keeps no copy of
+ * these facts of its own.
+ */
+export interface SqlDialectFacts {
+  /** `postgres`, `mysql` or `sqlite`. */
+  dialect: string
+  /** The dialect's name in messages (`PostgreSQL`, `MySQL`, `SQLite`). */
+  label: string
+  /** Idle consumers can be woken by the database (`useNotify` applies). */
+  pushWakeup: boolean
+}
+
+/** The facts of the SQL dialect a DSN names; throws for a bad DSN. */
+export declare function sqlDialectOf(dsn: string): SqlDialectFacts
 
 /** Options of a native SQL queue, already defaulted by the JavaScript wrapper. */
 export interface SqlQueueOptions {

@@ -836,4 +836,5 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.NativeQueue = nativeBinding.NativeQueue
-module.exports.sqlEngineOf = nativeBinding.sqlEngineOf
+module.exports.checkSqlNames = nativeBinding.checkSqlNames
+module.exports.sqlDialectOf = nativeBinding.sqlDialectOf

@@ -2,11 +2,8 @@
 
 const { InvalidArgumentError, JsonSerializer } = require('@schally/nestjs-messenger');
 const { ackModeOf, nonNegativeNumber } = require('./option-checks');
-const { sqlEngineOf } = require('./native');
+const { checkSqlNames, sqlDialectOf } = require('./native');
 const { nativeSync } = require('./errors');
-
-const TABLE_NAME_PATTERN = /^[a-z_][a-z0-9_]{0,47}$/;
-const QUEUE_NAME_MAX_LENGTH = 190;
 
 /** Defaults, identical to `@schally/nestjs-messenger-transport-sql`'s. */
 const DEFAULTS = Object.freeze({
@@ -30,34 +27,31 @@ function resolveSqlOptions(options) {
     throw new InvalidArgumentError('SqlTransport options must be an object with at least a dsn.');
   }
   const dsn = typeof options.dsn === 'string' ? options.dsn : '';
-  const engine = nativeSync(() => sqlEngineOf(dsn));
+  const facts = nativeSync(() => sqlDialectOf(dsn));
   const queueName = options.queueName ?? DEFAULTS.queueName;
-  if (typeof queueName !== 'string' || queueName.length < 1 || queueName.length > QUEUE_NAME_MAX_LENGTH) {
-    throw new InvalidArgumentError(
-      `Invalid queue name "${String(queueName)}": expected 1 to ${QUEUE_NAME_MAX_LENGTH} characters.`,
-    );
+  if (typeof queueName !== 'string') {
+    throw new InvalidArgumentError(`Invalid queueName ${String(queueName)}: expected a string.`);
   }
   const tableName = options.tableName ?? DEFAULTS.tableName;
-  if (typeof tableName !== 'string' || !TABLE_NAME_PATTERN.test(tableName)) {
-    throw new InvalidArgumentError(
-      `Invalid table name "${String(tableName)}": expected a lowercase SQL identifier matching ${String(TABLE_NAME_PATTERN)}.`,
-    );
+  if (typeof tableName !== 'string') {
+    throw new InvalidArgumentError(`Invalid tableName ${String(tableName)}: expected a string.`);
   }
-  const pushCapable = engine === 'postgres';
-  if (!pushCapable && (options.useNotify !== undefined || options.getNotifyTimeoutMs !== undefined)) {
+  // The limits (identifier allowlist, VARCHAR(190)) are the native side's: one copy.
+  nativeSync(() => checkSqlNames(tableName, queueName));
+  if (!facts.pushWakeup && (options.useNotify !== undefined || options.getNotifyTimeoutMs !== undefined)) {
     throw new InvalidArgumentError(
-      `useNotify and getNotifyTimeoutMs are PostgreSQL-only options; remove them for a ${engine} DSN.`,
+      `useNotify and getNotifyTimeoutMs apply only where the database can wake consumers (PostgreSQL); remove them for a ${facts.label} DSN.`,
     );
   }
   return {
-    engine,
+    dialect: facts.dialect,
     dsn,
     queueName,
     tableName,
     name: options.name ?? queueName,
     serializer: options.serializer ?? new JsonSerializer(),
     autoSetup: options.autoSetup ?? DEFAULTS.autoSetup,
-    useNotify: pushCapable ? (options.useNotify ?? DEFAULTS.useNotify) : false,
+    useNotify: facts.pushWakeup ? (options.useNotify ?? DEFAULTS.useNotify) : false,
     redeliverTimeoutSeconds: nonNegativeNumber(options, DEFAULTS, 'redeliverTimeoutSeconds'),
     pollIntervalMs: nonNegativeNumber(options, DEFAULTS, 'pollIntervalMs'),
     getNotifyTimeoutMs: nonNegativeNumber(options, DEFAULTS, 'getNotifyTimeoutMs'),

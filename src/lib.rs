@@ -81,16 +81,36 @@ mod exports {
         }
     }
 
-    /// Which engine a DSN names (`postgres`, `mysql` or `sqlite`); throws for a bad DSN.
+    /// What JavaScript may know of the SQL dialect a DSN names, so that it keeps no copy of
+    /// these facts of its own.
+    #[napi(object)]
+    pub struct SqlDialectFacts {
+        /// `postgres`, `mysql` or `sqlite`.
+        pub dialect: String,
+        /// The dialect's name in messages (`PostgreSQL`, `MySQL`, `SQLite`).
+        pub label: String,
+        /// Idle consumers can be woken by the database (`useNotify` applies).
+        pub push_wakeup: bool,
+    }
+
+    /// The facts of the SQL dialect a DSN names; throws for a bad DSN.
     #[napi(catch_unwind)]
-    pub fn sql_engine_of(dsn: String) -> napi::Result<String> {
-        let parsed = dsn::parse_sql_dsn(&dsn)?;
-        Ok(match parsed.dialect {
-            dsn::Dialect::Postgres => "postgres",
-            dsn::Dialect::MySql => "mysql",
-            dsn::Dialect::Sqlite => "sqlite",
-        }
-        .to_owned())
+    pub fn sql_dialect_of(dsn: String) -> napi::Result<SqlDialectFacts> {
+        let facts = sql::facts_of(dsn::parse_sql_dsn(&dsn)?.dialect);
+        Ok(SqlDialectFacts {
+            dialect: facts.name.to_owned(),
+            label: facts.label.to_owned(),
+            push_wakeup: facts.push_wakeup,
+        })
+    }
+
+    /// Checks a table name and a queue name as `SqlTransport` takes them; throws an
+    /// invalid-argument error naming the limit that was broken.
+    #[napi(catch_unwind)]
+    pub fn check_sql_names(table_name: String, queue_name: String) -> napi::Result<()> {
+        ident::validate_table_name(&table_name)?;
+        ident::validate_queue_name(&queue_name)?;
+        Ok(())
     }
 
     fn millis(value: f64, name: &str) -> Result<Duration, Error> {
