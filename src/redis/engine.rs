@@ -1,0 +1,830 @@
+//! The Redis Streams engine: one stream, its consumer group and delayed zset as one consumer
+//! sees them (`RedisQueue`), the deployment its queues share per process and DSN
+//! (`RedisShared`), and the `Engine` contract implemented over them. Invariant: every
+//! connection and wake signal belongs to the shared deployment; a queue only borrows them,
+//! and the last queue to leave closes them.
+
+use super::connection::{Conn, ConnectOptions, Target};
+use super::replies::{
+    as_i64, as_string, complete, is_stream_id, parse_autoclaim_reply, parse_entries,
+    parse_read_reply, Entry,
+};
+use super::slot;
+use crate::dsn::RedisDsn;
+use crate::engine::{Engine, NewMessage, StoredMessage};
+use crate::error::{Error, ErrorKind, Result};
+use crate::targets::Targets;
+use crate::wake::{WaitOutcome, WakeBoard, WakeSignal};
+use futures_util::future::BoxFuture;
+use redis::{Script, Value};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Most delayed members one promotion moves to the stream.
+const PROMOTE_LIMIT: u32 = 100;
+/// Pause after a connection failure of a live consumer before it tries again.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+static PROMOTE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/promote.lua")));
+static ADD_DELAYED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/add_delayed.lua")));
+static REDELIVER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/redeliver.lua")));
+
+/// Options of one stream consumer.
+#[derive(Debug, Clone)]
+pub struct StreamConfig {
+    pub stream: String,
+    pub group: String,
+    pub consumer: String,
+    pub delay_key: String,
+    pub claim_idle: Duration,
+    pub poll_interval: Duration,
+    pub connect: ConnectOptions,
+}
+
+/// The deployment shared by every stream queue of the process on one DSN.
+struct RedisShared {
+    key: String,
+    target: Target,
+    secrets: Vec<String>,
+    connect_timeout: Duration,
+    commands: tokio::sync::Mutex<Option<Conn>>,
+    board: WakeBoard,
+}
+
+static TARGETS: LazyLock<Targets<RedisShared>> = LazyLock::new(Targets::default);
+
+impl RedisShared {
+    /// The shared command connection, made on first use. Until it exists, failures are
+    /// reported at once (an unreachable server fails fast, not after minutes of retries).
+    async fn conn(&self, op: &str) -> Result<Conn> {
+        let mut slot = self.commands.lock().await;
+        if let Some(conn) = slot.as_ref() {
+            return Ok(conn.clone());
+        }
+        let made = tokio::time::timeout(
+            self.connect_timeout,
+            self.target.command_connection(self.connect_timeout),
+        )
+        .await
+        .map_err(|_| self.no_answer(op))?
+        .map_err(|e| self.error(op, &e))?;
+        *slot = Some(made.clone());
+        Ok(made)
+    }
+
+    fn no_answer(&self, op: &str) -> Error {
+        Error::connection(format!(
+            "Redis transport failed during \"{op}\": no answer from the server within {} ms",
+            self.connect_timeout.as_millis()
+        ))
+    }
+
+    fn error(&self, op: &str, err: &redis::RedisError) -> Error {
+        Error::new(
+            classify(err),
+            format!("Redis transport failed during \"{op}\": {err}"),
+        )
+        .redacted(&self.secrets)
+    }
+}
+
+fn classify(err: &redis::RedisError) -> ErrorKind {
+    if err.code() == Some("NOGROUP") || err.to_string().contains("NOGROUP") {
+        ErrorKind::NotFound
+    } else if err.is_io_error()
+        || err.is_connection_refusal()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.kind() == redis::ErrorKind::AuthenticationFailed
+        || err.code() == Some("NOAUTH")
+        || err.code() == Some("WRONGPASS")
+        || err.is_cluster_error()
+    {
+        ErrorKind::Connection
+    } else {
+        ErrorKind::Transport
+    }
+}
+
+/// One stream (and its group and delayed zset) as one consumer sees it.
+pub struct RedisQueue {
+    shared: Arc<RedisShared>,
+    config: StreamConfig,
+    wake: Arc<WakeSignal>,
+    /// This consumer's connection for blocking reads, and its `CLIENT ID` on a single node
+    /// (so a block can be ended early with `CLIENT UNBLOCK` instead of dropping the connection).
+    blocking: tokio::sync::Mutex<Option<(Conn, Option<i64>)>>,
+    /// Entries a blocking read returned, handed out by the next claim.
+    stash: Mutex<Vec<StoredMessage>>,
+    /// Ids handed to JavaScript and not settled yet (excluded when re-reading our own PEL).
+    delivered: Mutex<HashSet<String>>,
+    /// Set when a blocking read was abandoned: entries it may have claimed sit in our PEL.
+    recover_own: AtomicBool,
+    reclaim: Mutex<Reclaim>,
+    /// Milliseconds until the next delayed member is due, as the last promotion saw it.
+    next_due: Mutex<Option<Duration>>,
+    /// Once the server answered, connection failures in get() are waited out, not thrown.
+    contacted: AtomicBool,
+    /// Bumped when a queue of this process adds a delayed message to the stream, so blocked
+    /// reads re-plan their wait.
+    delayed_added: Arc<WakeSignal>,
+}
+
+/// XAUTOCLAIM bookkeeping: run every `claimIdleMs / 2` (not on every read), cursor kept.
+struct Reclaim {
+    cursor: String,
+    next_at: Instant,
+}
+
+impl RedisQueue {
+    pub fn open(dsn: &RedisDsn, config: StreamConfig) -> Result<Self> {
+        if config.connect.cluster {
+            slot::check_same_slot(&config.stream, &config.delay_key)?;
+        }
+        let key = format!(
+            "{}|cluster={}|ca={}",
+            dsn.url,
+            config.connect.cluster,
+            config.connect.tls_ca.is_some()
+        );
+        let shared = TARGETS.join(&key, || {
+            Ok(RedisShared {
+                key: key.clone(),
+                target: Target::new(dsn, &config.connect)?,
+                secrets: dsn.secrets.clone(),
+                connect_timeout: config.connect.connect_timeout,
+                commands: tokio::sync::Mutex::new(None),
+                board: WakeBoard::default(),
+            })
+        })?;
+        let wake = shared.board.signal(&config.stream, "");
+        let delayed_added = shared.board.signal(&config.stream, "delayed");
+        Ok(Self {
+            shared,
+            wake,
+            blocking: tokio::sync::Mutex::new(None),
+            stash: Mutex::default(),
+            delivered: Mutex::default(),
+            recover_own: AtomicBool::new(false),
+            reclaim: Mutex::new(Reclaim {
+                cursor: "0-0".to_owned(),
+                next_at: Instant::now(),
+            }),
+            next_due: Mutex::new(None),
+            contacted: AtomicBool::new(false),
+            delayed_added,
+            config,
+        })
+    }
+
+    fn reclaim_period(&self) -> Duration {
+        (self.config.claim_idle / 2).clamp(Duration::from_millis(10), Duration::from_secs(5))
+    }
+
+    async fn conn(&self, op: &str) -> Result<Conn> {
+        let conn = self.shared.conn(op).await?;
+        self.contacted.store(true, Ordering::Release);
+        Ok(conn)
+    }
+
+    fn err(&self, op: &str, e: &redis::RedisError) -> Error {
+        self.shared.error(op, e)
+    }
+
+    /// A consumer that reached the server once rides out connection failures: it pauses
+    /// and tries again (the command connection reconnects by itself) instead of ending get().
+    async fn tolerate<T>(&self, result: Result<T>, otherwise: T) -> Result<T> {
+        match result {
+            Err(err)
+                if err.kind == ErrorKind::Connection && self.contacted.load(Ordering::Acquire) =>
+            {
+                tokio::time::sleep(RETRY_PAUSE).await;
+                Ok(otherwise)
+            }
+            other => other,
+        }
+    }
+
+    /// Runs a write once more when the first attempt met a connection the server had
+    /// dropped (the command connection reconnects on that failure; a write that failed on a
+    /// broken connection was not applied, and acks and rejects are idempotent anyway).
+    async fn with_reconnect<T, F, Fut>(&self, mut op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        match op().await {
+            Err(err)
+                if err.kind == ErrorKind::Connection && self.contacted.load(Ordering::Acquire) =>
+            {
+                op().await
+            }
+            other => other,
+        }
+    }
+
+    /// One attempt at storing a batch: due messages in one pipeline of XADDs, delayed ones
+    /// through the script that scores them on Redis's clock.
+    async fn insert_once(&self, messages: &[NewMessage]) -> Result<Vec<String>> {
+        let mut conn = self.conn("send").await?;
+        let mut ids: Vec<Option<String>> = vec![None; messages.len()];
+        let mut pipe = redis::pipe();
+        let mut immediate = Vec::new();
+        for (i, m) in messages.iter().enumerate() {
+            if m.delay_ms <= 0.0 {
+                pipe.cmd("XADD")
+                    .arg(&self.config.stream)
+                    .arg("*")
+                    .arg("body")
+                    .arg(&m.body)
+                    .arg("headers")
+                    .arg(&m.headers);
+                immediate.push(i);
+            }
+        }
+        if !immediate.is_empty() {
+            let added: Vec<String> = pipe
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err("send", &e))?;
+            for (slot, id) in immediate.into_iter().zip(added) {
+                ids[slot] = Some(id);
+            }
+        }
+        for (i, m) in messages.iter().enumerate() {
+            if m.delay_ms > 0.0 {
+                let nonce = uuid::Uuid::new_v4().to_string();
+                let member = self.delayed_member(&nonce, &m.body, &m.headers)?;
+                ADD_DELAYED
+                    .key(&self.config.delay_key)
+                    .arg(m.delay_ms.ceil() as u64)
+                    .arg(member)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+                    .map_err(|e| self.err("send", &e))?;
+                ids[i] = Some(nonce);
+            }
+        }
+        Ok(ids.into_iter().map(Option::unwrap_or_default).collect())
+    }
+
+    /// One attempt at a reject (the script gates on the original still being pending, so a
+    /// repeat after a lost reply makes no second copy).
+    async fn redeliver_once(&self, id: &str, copy: &NewMessage) -> Result<Option<String>> {
+        let mut conn = self.conn("reject").await?;
+        let nonce = uuid::Uuid::new_v4().to_string();
+        let member = self.delayed_member(&nonce, &copy.body, &copy.headers)?;
+        let reply: Value = REDELIVER
+            .key(&self.config.stream)
+            .key(&self.config.delay_key)
+            .arg(&self.config.group)
+            .arg(id)
+            .arg(&copy.body)
+            .arg(&copy.headers)
+            .arg(copy.delay_ms.max(0.0).ceil() as u64)
+            .arg(member)
+            .arg(&nonce)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.err("reject", &e))?;
+        Ok(as_string(&reply))
+    }
+
+    fn delayed_member(&self, nonce: &str, body: &str, headers: &str) -> Result<String> {
+        // Key order nonce, body, headers, as upstream writes it.
+        let quote = |s: &str| serde_json::to_string(s).map_err(|e| Error::transport(e.to_string()));
+        Ok(format!(
+            "{{\"nonce\":{},\"body\":{},\"headers\":{}}}",
+            quote(nonce)?,
+            quote(body)?,
+            quote(headers)?
+        ))
+    }
+
+    /// Turns stream entries into messages; entries without `body`/`headers` (foreign) are
+    /// acknowledged and deleted, so they never loop.
+    async fn accept_entries(&self, entries: Vec<Entry>) -> Result<Vec<StoredMessage>> {
+        let mut messages = Vec::with_capacity(entries.len());
+        let mut foreign = Vec::new();
+        for entry in entries {
+            match (entry.body, entry.headers) {
+                (Some(body), Some(headers)) => messages.push(StoredMessage {
+                    id: entry.id,
+                    body,
+                    headers,
+                }),
+                _ => foreign.push(entry.id),
+            }
+        }
+        if !foreign.is_empty() {
+            self.ack_and_delete(foreign, "discard").await?;
+        }
+        let mut delivered = self.delivered.lock().unwrap_or_else(|p| p.into_inner());
+        for m in &messages {
+            delivered.insert(m.id.clone());
+        }
+        Ok(messages)
+    }
+
+    async fn ack_and_delete(&self, ids: Vec<String>, op: &str) -> Result<()> {
+        let mut conn = self.conn(op).await?;
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("XACK")
+            .arg(&self.config.stream)
+            .arg(&self.config.group)
+            .arg(&ids)
+            .ignore()
+            .cmd("XDEL")
+            .arg(&self.config.stream)
+            .arg(&ids)
+            .ignore();
+        pipe.query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| self.err(op, &e))
+    }
+
+    async fn claim_once(&self, limit: u32) -> Result<Vec<StoredMessage>> {
+        let stashed: Vec<StoredMessage> =
+            std::mem::take(&mut *self.stash.lock().unwrap_or_else(|p| p.into_inner()));
+        if !stashed.is_empty() {
+            return Ok(stashed);
+        }
+        let mut conn = self.conn("read").await?;
+        let mut entries = Vec::new();
+        if self.recover_own.swap(false, Ordering::AcqRel) {
+            let reply: Value = redis::cmd("XREADGROUP")
+                .arg("GROUP")
+                .arg(&self.config.group)
+                .arg(&self.config.consumer)
+                .arg("COUNT")
+                .arg(limit)
+                .arg("STREAMS")
+                .arg(&self.config.stream)
+                .arg("0")
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err("read", &e))?;
+            let delivered = self
+                .delivered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            entries.extend(
+                parse_read_reply(reply)
+                    .into_iter()
+                    .filter(|e| !delivered.contains(&e.id)),
+            );
+        }
+        if self.reclaim_due() {
+            entries.extend(self.reclaim(&mut conn, limit).await?);
+        }
+        let promoted: Value = PROMOTE
+            .key(&self.config.delay_key)
+            .key(&self.config.stream)
+            .arg(PROMOTE_LIMIT)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.err("drainDelayed", &e))?;
+        self.note_next_due(&promoted);
+        let reply: Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(&self.config.group)
+            .arg(&self.config.consumer)
+            .arg("COUNT")
+            .arg(limit)
+            .arg("STREAMS")
+            .arg(&self.config.stream)
+            .arg(">")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err("read", &e))?;
+        entries.extend(parse_read_reply(reply));
+        self.accept_entries(entries).await
+    }
+
+    /// These entries are settled or given back: no longer ours to skip when re-reading.
+    fn forget_delivered(&self, ids: &[String]) {
+        let mut delivered = self.delivered.lock().unwrap_or_else(|p| p.into_inner());
+        for id in ids {
+            delivered.remove(id);
+        }
+    }
+
+    /// `XCLAIM … JUSTID` of our own entries: resets their idle time (renewing our claim), or
+    /// sets it to `idle` (handing them to whoever runs XAUTOCLAIM next).
+    async fn claim_for_self(&self, ids: &[String], idle: Option<Duration>, op: &str) -> Result<()> {
+        let mut conn = self.conn(op).await?;
+        let mut xclaim = redis::cmd("XCLAIM");
+        xclaim
+            .arg(&self.config.stream)
+            .arg(&self.config.group)
+            .arg(&self.config.consumer)
+            .arg(0)
+            .arg(ids);
+        if let Some(idle) = idle {
+            xclaim.arg("IDLE").arg(idle.as_millis() as u64);
+        }
+        xclaim
+            .arg("JUSTID")
+            .query_async::<Value>(&mut conn)
+            .await
+            .map_err(|e| self.err(op, &e))?;
+        Ok(())
+    }
+
+    fn reclaim_due(&self) -> bool {
+        let reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+        Instant::now() >= reclaim.next_at
+    }
+
+    /// XAUTOCLAIM from the kept cursor; a full pass ends when the cursor comes back to 0-0.
+    async fn reclaim(&self, conn: &mut Conn, limit: u32) -> Result<Vec<Entry>> {
+        let cursor = self
+            .reclaim
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .cursor
+            .clone();
+        let reply: Value = redis::cmd("XAUTOCLAIM")
+            .arg(&self.config.stream)
+            .arg(&self.config.group)
+            .arg(&self.config.consumer)
+            .arg(self.config.claim_idle.as_millis() as u64)
+            .arg(&cursor)
+            .arg("COUNT")
+            .arg(limit)
+            .query_async(conn)
+            .await
+            .map_err(|e| self.err("reclaim", &e))?;
+        let (next, entries) = parse_autoclaim_reply(reply);
+        let mut reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+        if next == "0-0" {
+            reclaim.next_at = Instant::now() + self.reclaim_period();
+        }
+        reclaim.cursor = next;
+        Ok(entries)
+    }
+
+    fn note_next_due(&self, promoted: &Value) {
+        let wait = match promoted {
+            Value::Array(items) => items.get(2).and_then(as_i64),
+            _ => None,
+        };
+        *self.next_due.lock().unwrap_or_else(|p| p.into_inner()) = wait
+            .filter(|ms| *ms >= 0)
+            .map(|ms| Duration::from_millis(ms as u64));
+    }
+
+    /// Blocks on our own connection until an entry arrives, a delayed member is due, the
+    /// next reclaim pass is due or the poll interval passes (so members delayed by other
+    /// processes are promoted in time), or `cancel` fires.
+    async fn block_once(&self, cancel: &CancellationToken, limit: u32) -> Result<WaitOutcome> {
+        let delayed_seen = self.delayed_added.seq();
+        let until_reclaim = {
+            let reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+            reclaim.next_at.saturating_duration_since(Instant::now())
+        };
+        let next_due = *self.next_due.lock().unwrap_or_else(|p| p.into_inner());
+        let mut block = self.config.poll_interval.min(until_reclaim);
+        if let Some(due) = next_due {
+            block = block.min(due);
+        }
+        let mut guard = self.blocking.lock().await;
+        let (mut conn, client_id) = match guard.take() {
+            Some(open) => open,
+            None => self.open_blocking().await?,
+        };
+        // Redis times blocked reads out on its own coarse tick (100 ms at the default hz), so
+        // where the block can be ended on demand, our timer ends it on time and the server's
+        // timeout is only a backstop.
+        let server_block = if client_id.is_some() {
+            block + Duration::from_secs(1)
+        } else {
+            block
+        };
+        let mut read = redis::cmd("XREADGROUP");
+        read.arg("GROUP")
+            .arg(&self.config.group)
+            .arg(&self.config.consumer)
+            .arg("COUNT")
+            .arg(limit)
+            .arg("BLOCK")
+            .arg(server_block.as_millis().max(1) as u64)
+            .arg("STREAMS")
+            .arg(&self.config.stream)
+            .arg(">");
+        let (reply, cancelled) = {
+            let reading = read.query_async::<Value>(&mut conn);
+            tokio::pin!(reading);
+            tokio::select! {
+                reply = &mut reading => (Some(reply), false),
+                _ = tokio::time::sleep(block), if client_id.is_some() => (Some(self.unblock(client_id, &mut reading).await), false),
+                // This instance just added a delayed message that may be due before the block
+                // ends: end it now so the wait is planned again around that member.
+                _ = self.delayed_added.changed(delayed_seen), if client_id.is_some() => (Some(self.unblock(client_id, &mut reading).await), false),
+                _ = cancel.cancelled() => match client_id {
+                    Some(_) => (Some(self.unblock(client_id, &mut reading).await), true),
+                    // No way to end the block early: the connection is dropped below.
+                    None => (None, true),
+                },
+            }
+        };
+        let outcome = match reply {
+            None => {
+                // Entries the abandoned block may have claimed are re-read from our own
+                // pending list by the next claim.
+                self.recover_own.store(true, Ordering::Release);
+                return Ok(WaitOutcome::Cancelled);
+            }
+            Some(Ok(reply)) => {
+                *guard = Some((conn, client_id));
+                drop(guard);
+                let entries = parse_read_reply(reply);
+                if entries.is_empty() {
+                    Ok(WaitOutcome::TimedOut)
+                } else {
+                    let messages = self.accept_entries(entries).await?;
+                    self.stash
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .extend(messages);
+                    Ok(WaitOutcome::Woken)
+                }
+            }
+            // The stream key went away under the block (deleted, or its slot migrated): not an
+            // error of the consumer's; the next claim finds out where things stand.
+            Some(Err(e)) if e.to_string().contains("UNBLOCKED") => {
+                *guard = Some((conn, client_id));
+                Ok(WaitOutcome::TimedOut)
+            }
+            Some(Err(e)) => {
+                self.recover_own.store(true, Ordering::Release);
+                Err(self.err("read", &e))
+            }
+        };
+        if cancelled {
+            return outcome.map(|_| WaitOutcome::Cancelled);
+        }
+        outcome
+    }
+
+    async fn open_blocking(&self) -> Result<(Conn, Option<i64>)> {
+        let timeout = self.shared.connect_timeout;
+        let mut conn =
+            tokio::time::timeout(timeout, self.shared.target.blocking_connection(timeout))
+                .await
+                .map_err(|_| self.shared.no_answer("read"))?
+                .map_err(|e| self.err("read", &e))?;
+        let client_id = match conn {
+            Conn::Cluster(_) => None,
+            _ => redis::cmd("CLIENT")
+                .arg("ID")
+                .query_async::<i64>(&mut conn)
+                .await
+                .ok(),
+        };
+        Ok((conn, client_id))
+    }
+
+    /// Ends our blocked read now (`CLIENT UNBLOCK … TIMEOUT` from the command connection) and
+    /// takes its reply: nil, or entries that arrived just before.
+    async fn unblock<F>(
+        &self,
+        client_id: Option<i64>,
+        reading: &mut std::pin::Pin<&mut F>,
+    ) -> redis::RedisResult<Value>
+    where
+        F: std::future::Future<Output = redis::RedisResult<Value>>,
+    {
+        if let (Some(id), Ok(mut conn)) = (client_id, self.shared.conn("read").await) {
+            let _ = redis::cmd("CLIENT")
+                .arg("UNBLOCK")
+                .arg(id)
+                .arg("TIMEOUT")
+                .query_async::<Value>(&mut conn)
+                .await;
+        }
+        reading.await
+    }
+}
+
+impl Engine for RedisQueue {
+    fn wake_signal(&self) -> Arc<WakeSignal> {
+        self.wake.clone()
+    }
+
+    /// Creates the consumer group from the stream's start (`0`, so entries sent before it
+    /// existed are delivered), creating the stream if needed; an existing group is fine.
+    fn setup(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let mut conn = self.conn("ensureGroup").await?;
+            let created: redis::RedisResult<Value> = redis::cmd("XGROUP")
+                .arg("CREATE")
+                .arg(&self.config.stream)
+                .arg(&self.config.group)
+                .arg("0")
+                .arg("MKSTREAM")
+                .query_async(&mut conn)
+                .await;
+            match created {
+                Ok(_) => Ok(()),
+                Err(e) if e.code() == Some("BUSYGROUP") || e.to_string().contains("BUSYGROUP") => {
+                    Ok(())
+                }
+                Err(e) => Err(self.err("ensureGroup", &e)),
+            }
+        })
+    }
+
+    fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>> {
+        Box::pin(async move {
+            let ids = self.with_reconnect(|| self.insert_once(&messages)).await?;
+            if let Some(earliest) = messages
+                .iter()
+                .filter(|m| m.delay_ms > 0.0)
+                .map(|m| m.delay_ms)
+                .reduce(f64::min)
+            {
+                // A blocked read of this instance re-plans its wait around the new member.
+                let due = Duration::from_secs_f64(earliest / 1000.0);
+                let mut next_due = self.next_due.lock().unwrap_or_else(|p| p.into_inner());
+                *next_due = Some(next_due.map_or(due, |known| known.min(due)));
+                drop(next_due);
+                self.delayed_added.wake();
+            }
+            Ok(ids)
+        })
+    }
+
+    fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
+        Box::pin(async move {
+            let claimed = self.claim_once(limit).await;
+            self.tolerate(claimed, Vec::new()).await
+        })
+    }
+
+    fn idle<'a>(
+        &'a self,
+        _seen: u64,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<WaitOutcome>> {
+        Box::pin(async move {
+            if cancel.is_cancelled() {
+                return Ok(WaitOutcome::Cancelled);
+            }
+            let limit = 64;
+            let blocked = self.block_once(cancel, limit).await;
+            self.tolerate(blocked, WaitOutcome::TimedOut).await
+        })
+    }
+
+    fn delete(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            self.forget_delivered(&ids);
+            let ids: Vec<String> = ids.into_iter().filter(|id| is_stream_id(id)).collect();
+            if ids.is_empty() {
+                return Ok(());
+            }
+            self.with_reconnect(|| self.ack_and_delete(ids.clone(), "ack"))
+                .await
+        })
+    }
+
+    fn redeliver(&self, id: String, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>> {
+        Box::pin(async move {
+            self.delivered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+            if !is_stream_id(&id) {
+                return Ok(None);
+            }
+            self.with_reconnect(|| self.redeliver_once(&id, &copy))
+                .await
+        })
+    }
+
+    /// Entries claimed into our buffer but never handed out: their idle time is set to the
+    /// claim threshold so any consumer's next XAUTOCLAIM takes them at once (ours included).
+    fn release(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            self.forget_delivered(&ids);
+            if ids.is_empty() {
+                return Ok(());
+            }
+            self.claim_for_self(&ids, Some(self.config.claim_idle), "release")
+                .await?;
+            let mut reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+            reclaim.next_at = Instant::now();
+            reclaim.cursor = "0-0".to_owned();
+            Ok(())
+        })
+    }
+
+    fn keep_claimed(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move { self.claim_for_self(&ids, None, "reclaim").await })
+    }
+
+    fn claim_lease(&self) -> Duration {
+        self.config.claim_idle
+    }
+
+    fn list(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
+        Box::pin(async move {
+            let mut conn = self.conn("list").await?;
+            let reply: Value = redis::cmd("XRANGE")
+                .arg(&self.config.stream)
+                .arg("-")
+                .arg("+")
+                .arg("COUNT")
+                .arg(limit)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err("list", &e))?;
+            Ok(complete(parse_entries(&reply)))
+        })
+    }
+
+    fn find(&self, id: String) -> BoxFuture<'_, Result<Option<StoredMessage>>> {
+        Box::pin(async move {
+            if !is_stream_id(&id) {
+                return Ok(None);
+            }
+            let mut conn = self.conn("find").await?;
+            let reply: Value = redis::cmd("XRANGE")
+                .arg(&self.config.stream)
+                .arg(&id)
+                .arg(&id)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err("find", &e))?;
+            Ok(complete(parse_entries(&reply)).into_iter().next())
+        })
+    }
+
+    /// Entries waiting for a consumer (not delivered to the group, or pending but claimable
+    /// again) plus delayed ones.
+    fn count(&self) -> BoxFuture<'_, Result<i64>> {
+        Box::pin(async move {
+            let mut conn = self.conn("count").await?;
+            let (length, delayed): (i64, i64) = redis::pipe()
+                .cmd("XLEN")
+                .arg(&self.config.stream)
+                .cmd("ZCARD")
+                .arg(&self.config.delay_key)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err("count", &e))?;
+            // Pending entries idle for claimIdleMs or more (a dead consumer's, or handed back
+            // by a finished get()) are claimable again: they count as waiting.
+            let summary: redis::RedisResult<Value> = redis::cmd("XPENDING")
+                .arg(&self.config.stream)
+                .arg(&self.config.group)
+                .query_async(&mut conn)
+                .await;
+            let pending = match summary {
+                Ok(Value::Array(items)) => items.first().and_then(as_i64).unwrap_or(0),
+                Ok(_) => 0,
+                Err(e) if classify(&e) == ErrorKind::NotFound => 0,
+                Err(e) => return Err(self.err("count", &e)),
+            };
+            let claimable = if pending > 0 {
+                let stale: Value = redis::cmd("XPENDING")
+                    .arg(&self.config.stream)
+                    .arg(&self.config.group)
+                    .arg("IDLE")
+                    .arg(self.config.claim_idle.as_millis() as u64)
+                    .arg("-")
+                    .arg("+")
+                    .arg(pending)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| self.err("count", &e))?;
+                match stale {
+                    Value::Array(items) => items.len() as i64,
+                    _ => 0,
+                }
+            } else {
+                0
+            };
+            let pending = pending - claimable;
+            Ok((length - pending).max(0) + delayed)
+        })
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            *self.blocking.lock().await = None;
+            if TARGETS.leave(&self.shared.key, &self.shared) {
+                *self.shared.commands.lock().await = None;
+            }
+        })
+    }
+}
