@@ -6,8 +6,7 @@
 
 use super::connection::{Conn, ConnectOptions, Target};
 use super::replies::{
-    as_i64, as_string, complete, is_stream_id, parse_autoclaim_reply, parse_entries,
-    parse_read_reply, Entry,
+    as_i64, complete, is_stream_id, parse_autoclaim_reply, parse_entries, parse_read_reply, Entry,
 };
 use super::slot;
 use crate::dsn::RedisDsn;
@@ -30,10 +29,6 @@ const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
 static PROMOTE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/promote.lua")));
-static ADD_DELAYED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/add_delayed.lua")));
-static REDELIVER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/redeliver.lua")));
 
 /// Options of one stream consumer.
 #[derive(Debug, Clone)]
@@ -115,7 +110,7 @@ fn classify(err: &redis::RedisError) -> ErrorKind {
 /// One stream (and its group and delayed zset) as one consumer sees it.
 pub struct RedisQueue {
     shared: Arc<RedisShared>,
-    config: StreamConfig,
+    pub(super) config: StreamConfig,
     wake: Arc<WakeSignal>,
     /// This consumer's connection for blocking reads, and its `CLIENT ID` on a single node
     /// (so a block can be ended early with `CLIENT UNBLOCK` instead of dropping the connection).
@@ -187,13 +182,13 @@ impl RedisQueue {
         (self.config.claim_idle / 2).clamp(Duration::from_millis(10), Duration::from_secs(5))
     }
 
-    async fn conn(&self, op: &str) -> Result<Conn> {
+    pub(super) async fn conn(&self, op: &str) -> Result<Conn> {
         let conn = self.shared.conn(op).await?;
         self.contacted.store(true, Ordering::Release);
         Ok(conn)
     }
 
-    fn err(&self, op: &str, e: &redis::RedisError) -> Error {
+    pub(super) fn err(&self, op: &str, e: &redis::RedisError) -> Error {
         self.shared.error(op, e)
     }
 
@@ -229,84 +224,6 @@ impl RedisQueue {
         }
     }
 
-    /// One attempt at storing a batch: due messages in one pipeline of XADDs, delayed ones
-    /// through the script that scores them on Redis's clock.
-    async fn insert_once(&self, messages: &[NewMessage]) -> Result<Vec<String>> {
-        let mut conn = self.conn("send").await?;
-        let mut ids: Vec<Option<String>> = vec![None; messages.len()];
-        let mut pipe = redis::pipe();
-        let mut immediate = Vec::new();
-        for (i, m) in messages.iter().enumerate() {
-            if m.delay_ms <= 0.0 {
-                pipe.cmd("XADD")
-                    .arg(&self.config.stream)
-                    .arg("*")
-                    .arg("body")
-                    .arg(&m.body)
-                    .arg("headers")
-                    .arg(&m.headers);
-                immediate.push(i);
-            }
-        }
-        if !immediate.is_empty() {
-            let added: Vec<String> = pipe
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| self.err("send", &e))?;
-            for (slot, id) in immediate.into_iter().zip(added) {
-                ids[slot] = Some(id);
-            }
-        }
-        for (i, m) in messages.iter().enumerate() {
-            if m.delay_ms > 0.0 {
-                let nonce = uuid::Uuid::new_v4().to_string();
-                let member = self.delayed_member(&nonce, &m.body, &m.headers)?;
-                ADD_DELAYED
-                    .key(&self.config.delay_key)
-                    .arg(m.delay_ms.ceil() as u64)
-                    .arg(member)
-                    .invoke_async::<i64>(&mut conn)
-                    .await
-                    .map_err(|e| self.err("send", &e))?;
-                ids[i] = Some(nonce);
-            }
-        }
-        Ok(ids.into_iter().map(Option::unwrap_or_default).collect())
-    }
-
-    /// One attempt at a reject (the script gates on the original still being pending, so a
-    /// repeat after a lost reply makes no second copy).
-    async fn redeliver_once(&self, id: &str, copy: &NewMessage) -> Result<Option<String>> {
-        let mut conn = self.conn("reject").await?;
-        let nonce = uuid::Uuid::new_v4().to_string();
-        let member = self.delayed_member(&nonce, &copy.body, &copy.headers)?;
-        let reply: Value = REDELIVER
-            .key(&self.config.stream)
-            .key(&self.config.delay_key)
-            .arg(&self.config.group)
-            .arg(id)
-            .arg(&copy.body)
-            .arg(&copy.headers)
-            .arg(copy.delay_ms.max(0.0).ceil() as u64)
-            .arg(member)
-            .arg(&nonce)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.err("reject", &e))?;
-        Ok(as_string(&reply))
-    }
-
-    fn delayed_member(&self, nonce: &str, body: &str, headers: &str) -> Result<String> {
-        // Key order nonce, body, headers, as upstream writes it.
-        let quote = |s: &str| serde_json::to_string(s).map_err(|e| Error::transport(e.to_string()));
-        Ok(format!(
-            "{{\"nonce\":{},\"body\":{},\"headers\":{}}}",
-            quote(nonce)?,
-            quote(body)?,
-            quote(headers)?
-        ))
-    }
-
     /// Turns stream entries into messages; entries without `body`/`headers` (foreign) are
     /// acknowledged and deleted, so they never loop.
     async fn accept_entries(&self, entries: Vec<Entry>) -> Result<Vec<StoredMessage>> {
@@ -330,24 +247,6 @@ impl RedisQueue {
             delivered.insert(m.id.clone());
         }
         Ok(messages)
-    }
-
-    async fn ack_and_delete(&self, ids: Vec<String>, op: &str) -> Result<()> {
-        let mut conn = self.conn(op).await?;
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .cmd("XACK")
-            .arg(&self.config.stream)
-            .arg(&self.config.group)
-            .arg(&ids)
-            .ignore()
-            .cmd("XDEL")
-            .arg(&self.config.stream)
-            .arg(&ids)
-            .ignore();
-        pipe.query_async::<()>(&mut conn)
-            .await
-            .map_err(|e| self.err(op, &e))
     }
 
     async fn claim_once(&self, limit: u32) -> Result<Vec<StoredMessage>> {

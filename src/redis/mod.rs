@@ -7,5 +7,6 @@ pub mod connection;
 mod engine;
 mod replies;
 pub mod slot;
+mod writes;
 
 pub use engine::{RedisQueue, StreamConfig};
