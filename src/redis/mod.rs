@@ -5,6 +5,7 @@
 
 pub mod connection;
 mod engine;
+mod reads;
 mod replies;
 pub mod slot;
 mod writes;
