@@ -5,11 +5,12 @@
 //! leave it closes them; the blocking connection is the consumer's own.
 
 use super::connection::{Conn, ConnectOptions, Target};
+use super::errors::classify;
 use super::replies::{as_i64, complete, is_stream_id, parse_entries};
 use super::slot;
 use crate::dsn::RedisDsn;
 use crate::engine::{Engine, NewMessage, StoredMessage};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{ErrorKind, Result};
 use crate::targets::Targets;
 use crate::wake::{WaitOutcome, WakeBoard, WakeSignal};
 use futures_util::future::BoxFuture;
@@ -19,9 +20,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-
-/// Pause after a connection failure of a live consumer before it tries again.
-const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
 /// Options of one stream consumer.
 #[derive(Debug, Clone)]
@@ -39,7 +37,7 @@ pub struct StreamConfig {
 pub(super) struct RedisShared {
     key: String,
     pub(super) target: Target,
-    secrets: Vec<String>,
+    pub(super) secrets: Vec<String>,
     pub(super) connect_timeout: Duration,
     commands: tokio::sync::Mutex<Option<Conn>>,
     board: WakeBoard,
@@ -65,39 +63,6 @@ impl RedisShared {
         *slot = Some(made.clone());
         Ok(made)
     }
-
-    pub(super) fn no_answer(&self, op: &str) -> Error {
-        Error::connection(format!(
-            "Redis transport failed during \"{op}\": no answer from the server within {} ms",
-            self.connect_timeout.as_millis()
-        ))
-    }
-
-    fn error(&self, op: &str, err: &redis::RedisError) -> Error {
-        Error::new(
-            classify(err),
-            format!("Redis transport failed during \"{op}\": {err}"),
-        )
-        .redacted(&self.secrets)
-    }
-}
-
-fn classify(err: &redis::RedisError) -> ErrorKind {
-    if err.code() == Some("NOGROUP") || err.to_string().contains("NOGROUP") {
-        ErrorKind::NotFound
-    } else if err.is_io_error()
-        || err.is_connection_refusal()
-        || err.is_timeout()
-        || err.is_connection_dropped()
-        || err.kind() == redis::ErrorKind::AuthenticationFailed
-        || err.code() == Some("NOAUTH")
-        || err.code() == Some("WRONGPASS")
-        || err.is_cluster_error()
-    {
-        ErrorKind::Connection
-    } else {
-        ErrorKind::Transport
-    }
 }
 
 /// One stream (and its group and delayed zset) as one consumer sees it.
@@ -118,7 +83,7 @@ pub struct RedisQueue {
     /// Milliseconds until the next delayed member is due, as the last promotion saw it.
     pub(super) next_due: Mutex<Option<Duration>>,
     /// Once the server answered, connection failures in get() are waited out, not thrown.
-    contacted: AtomicBool,
+    pub(super) contacted: AtomicBool,
     /// Bumped when a queue of this process adds a delayed message to the stream, so blocked
     /// reads re-plan their wait.
     pub(super) delayed_added: Arc<WakeSignal>,
@@ -175,42 +140,6 @@ impl RedisQueue {
         let conn = self.shared.conn(op).await?;
         self.contacted.store(true, Ordering::Release);
         Ok(conn)
-    }
-
-    pub(super) fn err(&self, op: &str, e: &redis::RedisError) -> Error {
-        self.shared.error(op, e)
-    }
-
-    /// A consumer that reached the server once rides out connection failures: it pauses
-    /// and tries again (the command connection reconnects by itself) instead of ending get().
-    async fn tolerate<T>(&self, result: Result<T>, otherwise: T) -> Result<T> {
-        match result {
-            Err(err)
-                if err.kind == ErrorKind::Connection && self.contacted.load(Ordering::Acquire) =>
-            {
-                tokio::time::sleep(RETRY_PAUSE).await;
-                Ok(otherwise)
-            }
-            other => other,
-        }
-    }
-
-    /// Runs a write once more when the first attempt met a connection the server had
-    /// dropped (the command connection reconnects on that failure; a write that failed on a
-    /// broken connection was not applied, and acks and rejects are idempotent anyway).
-    async fn with_reconnect<T, F, Fut>(&self, mut op: F) -> Result<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<T>>,
-    {
-        match op().await {
-            Err(err)
-                if err.kind == ErrorKind::Connection && self.contacted.load(Ordering::Acquire) =>
-            {
-                op().await
-            }
-            other => other,
-        }
     }
 }
 

@@ -2,9 +2,16 @@
 //! group, a delayed zset of `{"nonce","body","headers"}` members scored in epoch ms), with
 //! reads and acks batched, blocking reads on a connection of their own, delayed messages
 //! promoted atomically on Redis's clock, and stalled entries reclaimed periodically.
+//!
+//! One concern per file: `engine` (the queue, the shared deployment and the `Engine` impl),
+//! `reads` (claims, XAUTOCLAIM, blocking reads), `writes` (sends, delayed adds, rejects,
+//! acks), `replies` (reply parsing, no I/O), `errors` (classification, what is ridden out),
+//! `connection` (node, TLS, cluster) and `slot` (cluster key slots); the Lua scripts are in
+//! `scripts/`.
 
 pub mod connection;
 mod engine;
+mod errors;
 mod reads;
 mod replies;
 pub mod slot;
