@@ -73,8 +73,6 @@ pub struct RedisQueue {
     /// This consumer's connection for blocking reads, and its `CLIENT ID` on a single node
     /// (so a block can be ended early with `CLIENT UNBLOCK` instead of dropping the connection).
     pub(super) blocking: tokio::sync::Mutex<Option<(Conn, Option<i64>)>>,
-    /// Entries a blocking read returned, handed out by the next claim.
-    pub(super) stash: Mutex<Vec<StoredMessage>>,
     /// Ids handed to JavaScript and not settled yet (excluded when re-reading our own PEL).
     pub(super) delivered: Mutex<HashSet<String>>,
     /// Set when a blocking read was abandoned: entries it may have claimed sit in our PEL.
@@ -122,7 +120,6 @@ impl RedisQueue {
             shared,
             wake,
             blocking: tokio::sync::Mutex::new(None),
-            stash: Mutex::default(),
             delivered: Mutex::default(),
             recover_own: AtomicBool::new(false),
             reclaim: Mutex::new(Reclaim {

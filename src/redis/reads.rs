@@ -2,7 +2,8 @@
 //! block, a periodic XAUTOCLAIM pass, promotion of due delayed members, then new entries), the
 //! renewal and release of claimed entries (XCLAIM), and the blocking read on the consumer's own
 //! connection, ended early with CLIENT UNBLOCK where the server allows it.
-//! Invariant: an entry a read takes into our pending list reaches the queue, or stays pending
+//! Invariant: an entry a read takes into our pending list reaches the queue's buffer (a
+//! blocking read hands it over in its wait's outcome, never keeps it), or stays pending
 //! where our next claim (after an abandoned block) or any consumer's XAUTOCLAIM finds it;
 //! foreign entries (no `body`/`headers`) are removed, so they never loop.
 
@@ -50,11 +51,6 @@ impl RedisQueue {
     }
 
     pub(super) async fn claim_once(&self, limit: u32) -> Result<Vec<StoredMessage>> {
-        let stashed: Vec<StoredMessage> =
-            std::mem::take(&mut *self.stash.lock().unwrap_or_else(|p| p.into_inner()));
-        if !stashed.is_empty() {
-            return Ok(stashed);
-        }
         let mut conn = self.conn("read").await?;
         let mut entries = Vec::new();
         if self.recover_own.swap(false, Ordering::AcqRel) {
@@ -263,11 +259,12 @@ impl RedisQueue {
                     Ok(WaitOutcome::TimedOut)
                 } else {
                     let messages = self.accept_entries(entries).await?;
-                    self.stash
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .extend(messages);
-                    Ok(WaitOutcome::Woken)
+                    if messages.is_empty() {
+                        // Only foreign entries, now removed: the next claim looks again.
+                        Ok(WaitOutcome::Woken)
+                    } else {
+                        Ok(WaitOutcome::Claimed(messages))
+                    }
                 }
             }
             // The stream key went away under the block (deleted, or its slot migrated): not an
@@ -282,7 +279,11 @@ impl RedisQueue {
             }
         };
         if cancelled {
-            return outcome.map(|_| WaitOutcome::Cancelled);
+            // What the block claimed goes to the queue all the same (it releases it).
+            return outcome.map(|o| match o {
+                WaitOutcome::Claimed(messages) => WaitOutcome::Claimed(messages),
+                _ => WaitOutcome::Cancelled,
+            });
         }
         outcome
     }
