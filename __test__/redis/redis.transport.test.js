@@ -1251,4 +1251,37 @@ describe('blocking reads', () => {
     expect(outcomes).toHaveLength(12);
     await expectDrained(stream);
   }, 20000);
+
+  it('hands an entry that an aborted blocking read took straight back: another consumer gets it at once, not after claimIdleMs', async () => {
+    const stream = freshStream();
+    const t = transport({ stream, consumer: 'aborter', pollIntervalMs: 5000, claimIdleMs: 30000 });
+    await startIdleConsumer(t, stream, 'aborter').then((c) => c.stop());
+    for (let round = 0; round < 12; round += 1) {
+      const controller = new AbortController();
+      const received = [];
+      const loop = (async () => {
+        for await (const envelope of t.get(controller.signal)) {
+          received.push(envelope);
+          await t.ack(envelope);
+        }
+      })();
+      await waitUntilBlocked(stream, 'aborter', 100);
+      // The XADD and the abort race: the block may or may not have taken the entry.
+      const added = xaddMessage(stream, `race-${round}`);
+      if (round % 3 === 1) await sleep(0);
+      if (round % 3 === 2) await added;
+      controller.abort();
+      const id = await added;
+      await loop;
+      if (received.length === 0) {
+        const other = transport({ stream, consumer: `other-${round}`, claimIdleMs: 30000 });
+        const next = await receiveOne(other, 1000);
+        expect(idOf(next)).toBe(id);
+        await other.ack(next);
+      } else {
+        expect(received.map(idOf)).toEqual([id]);
+      }
+    }
+    await expectDrained(stream);
+  }, 30000);
 });
