@@ -50,19 +50,28 @@ impl RedisQueue {
         Ok(messages)
     }
 
+    /// `XREADGROUP` of up to `limit` entries after `from` (`>`: new ones; `0`: our own
+    /// pending ones), blocking for `block` if given.
+    fn read_group(&self, limit: u32, block: Option<Duration>, from: &str) -> redis::Cmd {
+        let mut read = redis::cmd("XREADGROUP");
+        read.arg("GROUP")
+            .arg(&self.config.group)
+            .arg(&self.config.consumer)
+            .arg("COUNT")
+            .arg(limit);
+        if let Some(block) = block {
+            read.arg("BLOCK").arg(block.as_millis().max(1) as u64);
+        }
+        read.arg("STREAMS").arg(&self.config.stream).arg(from);
+        read
+    }
+
     pub(super) async fn claim_once(&self, limit: u32) -> Result<Vec<StoredMessage>> {
         let mut conn = self.conn("read").await?;
         let mut entries = Vec::new();
         if self.recover_own.swap(false, Ordering::AcqRel) {
-            let reply: Value = redis::cmd("XREADGROUP")
-                .arg("GROUP")
-                .arg(&self.config.group)
-                .arg(&self.config.consumer)
-                .arg("COUNT")
-                .arg(limit)
-                .arg("STREAMS")
-                .arg(&self.config.stream)
-                .arg("0")
+            let reply: Value = self
+                .read_group(limit, None, "0")
                 .query_async(&mut conn)
                 .await
                 .map_err(|e| self.err("read", &e))?;
@@ -88,15 +97,8 @@ impl RedisQueue {
             .await
             .map_err(|e| self.err("drainDelayed", &e))?;
         self.note_next_due(&promoted);
-        let reply: Value = redis::cmd("XREADGROUP")
-            .arg("GROUP")
-            .arg(&self.config.group)
-            .arg(&self.config.consumer)
-            .arg("COUNT")
-            .arg(limit)
-            .arg("STREAMS")
-            .arg(&self.config.stream)
-            .arg(">")
+        let reply: Value = self
+            .read_group(limit, None, ">")
             .query_async(&mut conn)
             .await
             .map_err(|e| self.err("read", &e))?;
@@ -217,17 +219,7 @@ impl RedisQueue {
         } else {
             block
         };
-        let mut read = redis::cmd("XREADGROUP");
-        read.arg("GROUP")
-            .arg(&self.config.group)
-            .arg(&self.config.consumer)
-            .arg("COUNT")
-            .arg(limit)
-            .arg("BLOCK")
-            .arg(server_block.as_millis().max(1) as u64)
-            .arg("STREAMS")
-            .arg(&self.config.stream)
-            .arg(">");
+        let read = self.read_group(limit, Some(server_block), ">");
         let (reply, cancelled) = {
             let reading = read.query_async::<Value>(&mut conn);
             tokio::pin!(reading);
