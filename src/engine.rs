@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 /// A stored message as an engine hands it out: its id, and body and headers exactly as
 /// stored (the serializer in JavaScript decodes them; nothing is re-parsed here).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredMessage {
     pub id: String,
     pub body: String,
@@ -59,6 +59,9 @@ pub trait Engine: Send + Sync {
     fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>>;
     /// Waits while nothing is claimable: until woken, something may be due, or `cancel`.
     /// `seen` is the wake signal's value read before the claim that came back empty.
+    /// Messages the wait itself claims are returned as `WaitOutcome::Claimed`, also when
+    /// `cancel` fired meanwhile, never kept by the engine: only the queue's buffer is released
+    /// and renewed.
     fn idle<'a>(
         &'a self,
         seen: u64,

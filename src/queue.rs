@@ -262,8 +262,16 @@ impl Queue {
                     return Ok(true);
                 }
             }
-            if self.setup.around(self.engine.idle(seen, cancel)).await? == WaitOutcome::Cancelled {
-                return Ok(false);
+            match self.setup.around(self.engine.idle(seen, cancel)).await? {
+                WaitOutcome::Cancelled => return Ok(false),
+                // Buffered like a claim's rows, even when `cancel` fired meanwhile (the loop
+                // then returns false): `release_prefetched` gives them back.
+                WaitOutcome::Claimed(rows) if !rows.is_empty() => {
+                    let _claiming = self.claim_lock.lock().await;
+                    let limit = self.next_batch_size();
+                    self.hand_over(rows, limit);
+                }
+                _ => {}
             }
         }
     }

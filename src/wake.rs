@@ -2,6 +2,7 @@
 //! on that queue. Senders in this process bump it, and so does the PostgreSQL listener when a
 //! NOTIFY for the queue arrives; idle consumers wait on it instead of spinning.
 
+use crate::engine::StoredMessage;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,6 +24,10 @@ pub enum WaitOutcome {
     Woken,
     TimedOut,
     Cancelled,
+    /// The wait itself claimed these (never empty): a blocking read is a wait and a claim at
+    /// once. They are the queue's from here, buffered as a claim's rows even if the wait was
+    /// cancelled meanwhile, so that releasing and renewing reach them.
+    Claimed(Vec<StoredMessage>),
 }
 
 impl WakeSignal {

@@ -216,6 +216,30 @@ async function startIdleConsumer(t, stream, consumerName) {
   return consumer;
 }
 
+/**
+ * One round of an abort racing an XADD: a get() loop of `t` settles into a blocking read, an
+ * entry is added and the loop aborted at once (the order varies with `round`), so the block
+ * may or may not have taken the entry. Returns the entry's id and what the loop yielded.
+ */
+async function abortRacingAnXadd(t, stream, consumerName, round) {
+  const controller = new AbortController();
+  const received = [];
+  const loop = (async () => {
+    for await (const envelope of t.get(controller.signal)) {
+      received.push(envelope);
+      await t.ack(envelope);
+    }
+  })();
+  await waitUntilBlocked(stream, consumerName, 100);
+  const added = xaddMessage(stream, `race-${round}`);
+  if (round % 3 === 1) await sleep(0);
+  if (round % 3 === 2) await added;
+  controller.abort();
+  const id = await added;
+  await loop;
+  return { id, received };
+}
+
 /** Waits until the stream holds no entry and nothing is pending (acks are written behind). */
 async function expectDrained(stream, timeoutMs = 2000) {
   const state = async () => ({ length: await redis.xlen(stream), pending: await pendingCount(stream) });
@@ -1222,22 +1246,7 @@ describe('blocking reads', () => {
     await startIdleConsumer(t, stream, 'abandoner').then((c) => c.stop());
     const outcomes = [];
     for (let round = 0; round < 12; round += 1) {
-      const controller = new AbortController();
-      const received = [];
-      const loop = (async () => {
-        for await (const envelope of t.get(controller.signal)) {
-          received.push(envelope);
-          await t.ack(envelope);
-        }
-      })();
-      await waitUntilBlocked(stream, 'abandoner', 100);
-      // The XADD and the abort race: the block may or may not have taken the entry.
-      const added = xaddMessage(stream, `race-${round}`);
-      if (round % 3 === 1) await sleep(0);
-      if (round % 3 === 2) await added;
-      controller.abort();
-      const id = await added;
-      await loop;
+      const { id, received } = await abortRacingAnXadd(t, stream, 'abandoner', round);
       if (received.length === 0) {
         const next = await receiveOne(t, 1000);
         expect(idOf(next)).toBe(id);
@@ -1251,4 +1260,22 @@ describe('blocking reads', () => {
     expect(outcomes).toHaveLength(12);
     await expectDrained(stream);
   }, 20000);
+
+  it('hands an entry that an aborted blocking read took straight back: another consumer gets it at once, not after claimIdleMs', async () => {
+    const stream = freshStream();
+    const t = transport({ stream, consumer: 'aborter', pollIntervalMs: 5000, claimIdleMs: 30000 });
+    await startIdleConsumer(t, stream, 'aborter').then((c) => c.stop());
+    for (let round = 0; round < 12; round += 1) {
+      const { id, received } = await abortRacingAnXadd(t, stream, 'aborter', round);
+      if (received.length === 0) {
+        const other = transport({ stream, consumer: `other-${round}`, claimIdleMs: 30000 });
+        const next = await receiveOne(other, 1000);
+        expect(idOf(next)).toBe(id);
+        await other.ack(next);
+      } else {
+        expect(received.map(idOf)).toEqual([id]);
+      }
+    }
+    await expectDrained(stream);
+  }, 30000);
 });

@@ -1,0 +1,355 @@
+//! The Redis Streams engine: one stream, its consumer group and delayed zset as one consumer
+//! sees them (`RedisQueue`), the deployment its queues share per process and DSN
+//! (`RedisShared`), and the `Engine` contract implemented over them. Invariant: the command
+//! connection and the wake signals belong to the shared deployment and the last queue to
+//! leave it closes them; the blocking connection is the consumer's own.
+
+use super::connection::{Conn, ConnectOptions, Target};
+use super::errors::classify;
+use super::replies::{as_i64, complete, is_stream_id, parse_entries};
+use super::slot;
+use crate::dsn::RedisDsn;
+use crate::engine::{Engine, NewMessage, StoredMessage};
+use crate::error::{ErrorKind, Result};
+use crate::targets::Targets;
+use crate::wake::{WaitOutcome, WakeBoard, WakeSignal};
+use futures_util::future::BoxFuture;
+use redis::Value;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Options of one stream consumer.
+#[derive(Debug, Clone)]
+pub struct StreamConfig {
+    pub stream: String,
+    pub group: String,
+    pub consumer: String,
+    pub delay_key: String,
+    pub claim_idle: Duration,
+    pub poll_interval: Duration,
+    pub connect: ConnectOptions,
+}
+
+/// The deployment shared by every stream queue of the process on one DSN.
+pub(super) struct RedisShared {
+    key: String,
+    pub(super) target: Target,
+    pub(super) secrets: Vec<String>,
+    pub(super) connect_timeout: Duration,
+    commands: tokio::sync::Mutex<Option<Conn>>,
+    board: WakeBoard,
+}
+
+static TARGETS: LazyLock<Targets<RedisShared>> = LazyLock::new(Targets::default);
+
+impl RedisShared {
+    /// The shared command connection, made on first use. Until it exists, failures are
+    /// reported at once (an unreachable server fails fast, not after minutes of retries).
+    pub(super) async fn conn(&self, op: &str) -> Result<Conn> {
+        let mut slot = self.commands.lock().await;
+        if let Some(conn) = slot.as_ref() {
+            return Ok(conn.clone());
+        }
+        let made = tokio::time::timeout(
+            self.connect_timeout,
+            self.target.command_connection(self.connect_timeout),
+        )
+        .await
+        .map_err(|_| self.no_answer(op))?
+        .map_err(|e| self.error(op, &e))?;
+        *slot = Some(made.clone());
+        Ok(made)
+    }
+}
+
+/// One stream (and its group and delayed zset) as one consumer sees it.
+pub struct RedisQueue {
+    pub(super) shared: Arc<RedisShared>,
+    pub(super) config: StreamConfig,
+    wake: Arc<WakeSignal>,
+    /// This consumer's connection for blocking reads, and its `CLIENT ID` on a single node
+    /// (so a block can be ended early with `CLIENT UNBLOCK` instead of dropping the connection).
+    pub(super) blocking: tokio::sync::Mutex<Option<(Conn, Option<i64>)>>,
+    /// Ids handed to JavaScript and not settled yet (excluded when re-reading our own PEL).
+    pub(super) delivered: Mutex<HashSet<String>>,
+    /// Set when a blocking read was abandoned: entries it may have claimed sit in our PEL.
+    pub(super) recover_own: AtomicBool,
+    pub(super) reclaim: Mutex<Reclaim>,
+    /// Milliseconds until the next delayed member is due, as the last promotion saw it.
+    pub(super) next_due: Mutex<Option<Duration>>,
+    /// Once the server answered, connection failures in get() are waited out, not thrown.
+    pub(super) contacted: AtomicBool,
+    /// Bumped when a queue of this process adds a delayed message to the stream, so blocked
+    /// reads re-plan their wait.
+    pub(super) delayed_added: Arc<WakeSignal>,
+}
+
+/// XAUTOCLAIM bookkeeping: run every `claimIdleMs / 2` (not on every read), cursor kept.
+pub(super) struct Reclaim {
+    pub(super) cursor: String,
+    pub(super) next_at: Instant,
+}
+
+impl RedisQueue {
+    pub fn open(dsn: &RedisDsn, config: StreamConfig) -> Result<Self> {
+        if config.connect.cluster {
+            slot::check_same_slot(&config.stream, &config.delay_key)?;
+        }
+        let key = format!(
+            "{}|cluster={}|ca={}",
+            dsn.url,
+            config.connect.cluster,
+            config.connect.tls_ca.is_some()
+        );
+        let shared = TARGETS.join(&key, || {
+            Ok(RedisShared {
+                key: key.clone(),
+                target: Target::new(dsn, &config.connect)?,
+                secrets: dsn.secrets.clone(),
+                connect_timeout: config.connect.connect_timeout,
+                commands: tokio::sync::Mutex::new(None),
+                board: WakeBoard::default(),
+            })
+        })?;
+        let wake = shared.board.signal(&config.stream, "");
+        let delayed_added = shared.board.signal(&config.stream, "delayed");
+        Ok(Self {
+            shared,
+            wake,
+            blocking: tokio::sync::Mutex::new(None),
+            delivered: Mutex::default(),
+            recover_own: AtomicBool::new(false),
+            reclaim: Mutex::new(Reclaim {
+                cursor: "0-0".to_owned(),
+                next_at: Instant::now(),
+            }),
+            next_due: Mutex::new(None),
+            contacted: AtomicBool::new(false),
+            delayed_added,
+            config,
+        })
+    }
+
+    pub(super) async fn conn(&self, op: &str) -> Result<Conn> {
+        let conn = self.shared.conn(op).await?;
+        self.contacted.store(true, Ordering::Release);
+        Ok(conn)
+    }
+}
+
+impl Engine for RedisQueue {
+    fn wake_signal(&self) -> Arc<WakeSignal> {
+        self.wake.clone()
+    }
+
+    /// Creates the consumer group from the stream's start (`0`, so entries sent before it
+    /// existed are delivered), creating the stream if needed; an existing group is fine.
+    fn setup(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let mut conn = self.conn("ensureGroup").await?;
+            let created: redis::RedisResult<Value> = redis::cmd("XGROUP")
+                .arg("CREATE")
+                .arg(&self.config.stream)
+                .arg(&self.config.group)
+                .arg("0")
+                .arg("MKSTREAM")
+                .query_async(&mut conn)
+                .await;
+            match created {
+                Ok(_) => Ok(()),
+                Err(e) if e.code() == Some("BUSYGROUP") || e.to_string().contains("BUSYGROUP") => {
+                    Ok(())
+                }
+                Err(e) => Err(self.err("ensureGroup", &e)),
+            }
+        })
+    }
+
+    fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>> {
+        Box::pin(async move {
+            let ids = self.with_reconnect(|| self.insert_once(&messages)).await?;
+            if let Some(earliest) = messages
+                .iter()
+                .filter(|m| m.delay_ms > 0.0)
+                .map(|m| m.delay_ms)
+                .reduce(f64::min)
+            {
+                // A blocked read of this instance re-plans its wait around the new member.
+                let due = Duration::from_secs_f64(earliest / 1000.0);
+                let mut next_due = self.next_due.lock().unwrap_or_else(|p| p.into_inner());
+                *next_due = Some(next_due.map_or(due, |known| known.min(due)));
+                drop(next_due);
+                self.delayed_added.wake();
+            }
+            Ok(ids)
+        })
+    }
+
+    fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
+        Box::pin(async move {
+            let claimed = self.claim_once(limit).await;
+            self.tolerate(claimed, Vec::new()).await
+        })
+    }
+
+    fn idle<'a>(
+        &'a self,
+        _seen: u64,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<WaitOutcome>> {
+        Box::pin(async move {
+            if cancel.is_cancelled() {
+                return Ok(WaitOutcome::Cancelled);
+            }
+            let limit = 64;
+            let blocked = self.block_once(cancel, limit).await;
+            self.tolerate(blocked, WaitOutcome::TimedOut).await
+        })
+    }
+
+    fn delete(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            self.forget_delivered(&ids);
+            let ids: Vec<String> = ids.into_iter().filter(|id| is_stream_id(id)).collect();
+            if ids.is_empty() {
+                return Ok(());
+            }
+            self.with_reconnect(|| self.ack_and_delete(ids.clone(), "ack"))
+                .await
+        })
+    }
+
+    fn redeliver(&self, id: String, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>> {
+        Box::pin(async move {
+            self.delivered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+            if !is_stream_id(&id) {
+                return Ok(None);
+            }
+            self.with_reconnect(|| self.redeliver_once(&id, &copy))
+                .await
+        })
+    }
+
+    /// Entries claimed into our buffer but never handed out: their idle time is set to the
+    /// claim threshold so any consumer's next XAUTOCLAIM takes them at once (ours included).
+    fn release(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            self.forget_delivered(&ids);
+            if ids.is_empty() {
+                return Ok(());
+            }
+            self.claim_for_self(&ids, Some(self.config.claim_idle), "release")
+                .await?;
+            let mut reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+            reclaim.next_at = Instant::now();
+            reclaim.cursor = "0-0".to_owned();
+            Ok(())
+        })
+    }
+
+    fn keep_claimed(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move { self.claim_for_self(&ids, None, "reclaim").await })
+    }
+
+    fn claim_lease(&self) -> Duration {
+        self.config.claim_idle
+    }
+
+    fn list(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
+        Box::pin(async move {
+            let mut conn = self.conn("list").await?;
+            let reply: Value = redis::cmd("XRANGE")
+                .arg(&self.config.stream)
+                .arg("-")
+                .arg("+")
+                .arg("COUNT")
+                .arg(limit)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err("list", &e))?;
+            Ok(complete(parse_entries(&reply)))
+        })
+    }
+
+    fn find(&self, id: String) -> BoxFuture<'_, Result<Option<StoredMessage>>> {
+        Box::pin(async move {
+            if !is_stream_id(&id) {
+                return Ok(None);
+            }
+            let mut conn = self.conn("find").await?;
+            let reply: Value = redis::cmd("XRANGE")
+                .arg(&self.config.stream)
+                .arg(&id)
+                .arg(&id)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err("find", &e))?;
+            Ok(complete(parse_entries(&reply)).into_iter().next())
+        })
+    }
+
+    /// Entries waiting for a consumer (not delivered to the group, or pending but claimable
+    /// again) plus delayed ones.
+    fn count(&self) -> BoxFuture<'_, Result<i64>> {
+        Box::pin(async move {
+            let mut conn = self.conn("count").await?;
+            let (length, delayed): (i64, i64) = redis::pipe()
+                .cmd("XLEN")
+                .arg(&self.config.stream)
+                .cmd("ZCARD")
+                .arg(&self.config.delay_key)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err("count", &e))?;
+            // Pending entries idle for claimIdleMs or more (a dead consumer's, or handed back
+            // by a finished get()) are claimable again: they count as waiting.
+            let summary: redis::RedisResult<Value> = redis::cmd("XPENDING")
+                .arg(&self.config.stream)
+                .arg(&self.config.group)
+                .query_async(&mut conn)
+                .await;
+            let pending = match summary {
+                Ok(Value::Array(items)) => items.first().and_then(as_i64).unwrap_or(0),
+                Ok(_) => 0,
+                Err(e) if classify(&e) == ErrorKind::NotFound => 0,
+                Err(e) => return Err(self.err("count", &e)),
+            };
+            let claimable = if pending > 0 {
+                let stale: Value = redis::cmd("XPENDING")
+                    .arg(&self.config.stream)
+                    .arg(&self.config.group)
+                    .arg("IDLE")
+                    .arg(self.config.claim_idle.as_millis() as u64)
+                    .arg("-")
+                    .arg("+")
+                    .arg(pending)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| self.err("count", &e))?;
+                match stale {
+                    Value::Array(items) => items.len() as i64,
+                    _ => 0,
+                }
+            } else {
+                0
+            };
+            let pending = pending - claimable;
+            Ok((length - pending).max(0) + delayed)
+        })
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            *self.blocking.lock().await = None;
+            if TARGETS.leave(&self.shared.key, &self.shared) {
+                *self.shared.commands.lock().await = None;
+            }
+        })
+    }
+}

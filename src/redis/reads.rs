@@ -1,0 +1,321 @@
+//! Reads from a stream for one consumer: a claim (our own pending entries after an abandoned
+//! block, a periodic XAUTOCLAIM pass, promotion of due delayed members, then new entries), the
+//! renewal and release of claimed entries (XCLAIM), and the blocking read on the consumer's own
+//! connection, ended early with CLIENT UNBLOCK where the server allows it.
+//! Invariant: an entry a read takes into our pending list reaches the queue's buffer (a
+//! blocking read hands it over in its wait's outcome, never keeps it), or stays pending
+//! where our next claim (after an abandoned block) or any consumer's XAUTOCLAIM finds it;
+//! foreign entries (no `body`/`headers`) are removed, so they never loop.
+
+use super::connection::Conn;
+use super::engine::RedisQueue;
+use super::replies::{as_i64, parse_autoclaim_reply, parse_read_reply, Entry};
+use crate::engine::StoredMessage;
+use crate::error::Result;
+use crate::wake::WaitOutcome;
+use redis::{Script, Value};
+use std::sync::atomic::Ordering;
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Most delayed members one promotion moves to the stream.
+const PROMOTE_LIMIT: u32 = 100;
+static PROMOTE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/promote.lua")));
+
+impl RedisQueue {
+    /// Turns stream entries into messages; entries without `body`/`headers` (foreign) are
+    /// acknowledged and deleted, so they never loop.
+    async fn accept_entries(&self, entries: Vec<Entry>) -> Result<Vec<StoredMessage>> {
+        let mut messages = Vec::with_capacity(entries.len());
+        let mut foreign = Vec::new();
+        for entry in entries {
+            match (entry.body, entry.headers) {
+                (Some(body), Some(headers)) => messages.push(StoredMessage {
+                    id: entry.id,
+                    body,
+                    headers,
+                }),
+                _ => foreign.push(entry.id),
+            }
+        }
+        if !foreign.is_empty() {
+            self.ack_and_delete(foreign, "discard").await?;
+        }
+        let mut delivered = self.delivered.lock().unwrap_or_else(|p| p.into_inner());
+        for m in &messages {
+            delivered.insert(m.id.clone());
+        }
+        Ok(messages)
+    }
+
+    /// `XREADGROUP` of up to `limit` entries after `from` (`>`: new ones; `0`: our own
+    /// pending ones), blocking for `block` if given.
+    fn read_group(&self, limit: u32, block: Option<Duration>, from: &str) -> redis::Cmd {
+        let mut read = redis::cmd("XREADGROUP");
+        read.arg("GROUP")
+            .arg(&self.config.group)
+            .arg(&self.config.consumer)
+            .arg("COUNT")
+            .arg(limit);
+        if let Some(block) = block {
+            read.arg("BLOCK").arg(block.as_millis().max(1) as u64);
+        }
+        read.arg("STREAMS").arg(&self.config.stream).arg(from);
+        read
+    }
+
+    pub(super) async fn claim_once(&self, limit: u32) -> Result<Vec<StoredMessage>> {
+        let mut conn = self.conn("read").await?;
+        let mut entries = Vec::new();
+        if self.recover_own.swap(false, Ordering::AcqRel) {
+            let reply: Value = self
+                .read_group(limit, None, "0")
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err("read", &e))?;
+            let delivered = self
+                .delivered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            entries.extend(
+                parse_read_reply(reply)
+                    .into_iter()
+                    .filter(|e| !delivered.contains(&e.id)),
+            );
+        }
+        if self.reclaim_due() {
+            entries.extend(self.reclaim(&mut conn, limit).await?);
+        }
+        let promoted: Value = PROMOTE
+            .key(&self.config.delay_key)
+            .key(&self.config.stream)
+            .arg(PROMOTE_LIMIT)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.err("drainDelayed", &e))?;
+        self.note_next_due(&promoted);
+        let reply: Value = self
+            .read_group(limit, None, ">")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err("read", &e))?;
+        entries.extend(parse_read_reply(reply));
+        self.accept_entries(entries).await
+    }
+
+    /// These entries are settled or given back: no longer ours to skip when re-reading.
+    pub(super) fn forget_delivered(&self, ids: &[String]) {
+        let mut delivered = self.delivered.lock().unwrap_or_else(|p| p.into_inner());
+        for id in ids {
+            delivered.remove(id);
+        }
+    }
+
+    /// `XCLAIM … JUSTID` of our own entries: resets their idle time (renewing our claim), or
+    /// sets it to `idle` (handing them to whoever runs XAUTOCLAIM next).
+    pub(super) async fn claim_for_self(
+        &self,
+        ids: &[String],
+        idle: Option<Duration>,
+        op: &str,
+    ) -> Result<()> {
+        let mut conn = self.conn(op).await?;
+        let mut xclaim = redis::cmd("XCLAIM");
+        xclaim
+            .arg(&self.config.stream)
+            .arg(&self.config.group)
+            .arg(&self.config.consumer)
+            .arg(0)
+            .arg(ids);
+        if let Some(idle) = idle {
+            xclaim.arg("IDLE").arg(idle.as_millis() as u64);
+        }
+        xclaim
+            .arg("JUSTID")
+            .query_async::<Value>(&mut conn)
+            .await
+            .map_err(|e| self.err(op, &e))?;
+        Ok(())
+    }
+
+    fn reclaim_period(&self) -> Duration {
+        (self.config.claim_idle / 2).clamp(Duration::from_millis(10), Duration::from_secs(5))
+    }
+
+    fn reclaim_due(&self) -> bool {
+        let reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+        Instant::now() >= reclaim.next_at
+    }
+
+    /// XAUTOCLAIM from the kept cursor; a full pass ends when the cursor comes back to 0-0.
+    async fn reclaim(&self, conn: &mut Conn, limit: u32) -> Result<Vec<Entry>> {
+        let cursor = self
+            .reclaim
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .cursor
+            .clone();
+        let reply: Value = redis::cmd("XAUTOCLAIM")
+            .arg(&self.config.stream)
+            .arg(&self.config.group)
+            .arg(&self.config.consumer)
+            .arg(self.config.claim_idle.as_millis() as u64)
+            .arg(&cursor)
+            .arg("COUNT")
+            .arg(limit)
+            .query_async(conn)
+            .await
+            .map_err(|e| self.err("reclaim", &e))?;
+        let (next, entries) = parse_autoclaim_reply(reply);
+        let mut reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+        if next == "0-0" {
+            reclaim.next_at = Instant::now() + self.reclaim_period();
+        }
+        reclaim.cursor = next;
+        Ok(entries)
+    }
+
+    fn note_next_due(&self, promoted: &Value) {
+        let wait = match promoted {
+            Value::Array(items) => items.get(2).and_then(as_i64),
+            _ => None,
+        };
+        *self.next_due.lock().unwrap_or_else(|p| p.into_inner()) = wait
+            .filter(|ms| *ms >= 0)
+            .map(|ms| Duration::from_millis(ms as u64));
+    }
+
+    /// Blocks on our own connection until an entry arrives, a delayed member is due, the
+    /// next reclaim pass is due or the poll interval passes (so members delayed by other
+    /// processes are promoted in time), or `cancel` fires.
+    pub(super) async fn block_once(
+        &self,
+        cancel: &CancellationToken,
+        limit: u32,
+    ) -> Result<WaitOutcome> {
+        let delayed_seen = self.delayed_added.seq();
+        let until_reclaim = {
+            let reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+            reclaim.next_at.saturating_duration_since(Instant::now())
+        };
+        let next_due = *self.next_due.lock().unwrap_or_else(|p| p.into_inner());
+        let mut block = self.config.poll_interval.min(until_reclaim);
+        if let Some(due) = next_due {
+            block = block.min(due);
+        }
+        let mut guard = self.blocking.lock().await;
+        let (mut conn, client_id) = match guard.take() {
+            Some(open) => open,
+            None => self.open_blocking().await?,
+        };
+        // Redis times blocked reads out on its own coarse tick (100 ms at the default hz), so
+        // where the block can be ended on demand, our timer ends it on time and the server's
+        // timeout is only a backstop.
+        let server_block = if client_id.is_some() {
+            block + Duration::from_secs(1)
+        } else {
+            block
+        };
+        let read = self.read_group(limit, Some(server_block), ">");
+        let (reply, cancelled) = {
+            let reading = read.query_async::<Value>(&mut conn);
+            tokio::pin!(reading);
+            tokio::select! {
+                reply = &mut reading => (Some(reply), false),
+                _ = tokio::time::sleep(block), if client_id.is_some() => (Some(self.unblock(client_id, &mut reading).await), false),
+                // This instance just added a delayed message that may be due before the block
+                // ends: end it now so the wait is planned again around that member.
+                _ = self.delayed_added.changed(delayed_seen), if client_id.is_some() => (Some(self.unblock(client_id, &mut reading).await), false),
+                _ = cancel.cancelled() => match client_id {
+                    Some(_) => (Some(self.unblock(client_id, &mut reading).await), true),
+                    // No way to end the block early: the connection is dropped below.
+                    None => (None, true),
+                },
+            }
+        };
+        let outcome = match reply {
+            None => {
+                // Entries the abandoned block may have claimed are re-read from our own
+                // pending list by the next claim.
+                self.recover_own.store(true, Ordering::Release);
+                return Ok(WaitOutcome::Cancelled);
+            }
+            Some(Ok(reply)) => {
+                *guard = Some((conn, client_id));
+                drop(guard);
+                let entries = parse_read_reply(reply);
+                if entries.is_empty() {
+                    Ok(WaitOutcome::TimedOut)
+                } else {
+                    let messages = self.accept_entries(entries).await?;
+                    if messages.is_empty() {
+                        // Only foreign entries, now removed: the next claim looks again.
+                        Ok(WaitOutcome::Woken)
+                    } else {
+                        Ok(WaitOutcome::Claimed(messages))
+                    }
+                }
+            }
+            // The stream key went away under the block (deleted, or its slot migrated): not an
+            // error of the consumer's; the next claim finds out where things stand.
+            Some(Err(e)) if e.to_string().contains("UNBLOCKED") => {
+                *guard = Some((conn, client_id));
+                Ok(WaitOutcome::TimedOut)
+            }
+            Some(Err(e)) => {
+                self.recover_own.store(true, Ordering::Release);
+                Err(self.err("read", &e))
+            }
+        };
+        if cancelled {
+            // What the block claimed goes to the queue all the same (it releases it).
+            return outcome.map(|o| match o {
+                WaitOutcome::Claimed(messages) => WaitOutcome::Claimed(messages),
+                _ => WaitOutcome::Cancelled,
+            });
+        }
+        outcome
+    }
+
+    async fn open_blocking(&self) -> Result<(Conn, Option<i64>)> {
+        let timeout = self.shared.connect_timeout;
+        let mut conn =
+            tokio::time::timeout(timeout, self.shared.target.blocking_connection(timeout))
+                .await
+                .map_err(|_| self.shared.no_answer("read"))?
+                .map_err(|e| self.err("read", &e))?;
+        let client_id = match conn {
+            Conn::Cluster(_) => None,
+            _ => redis::cmd("CLIENT")
+                .arg("ID")
+                .query_async::<i64>(&mut conn)
+                .await
+                .ok(),
+        };
+        Ok((conn, client_id))
+    }
+
+    /// Ends our blocked read now (`CLIENT UNBLOCK … TIMEOUT` from the command connection) and
+    /// takes its reply: nil, or entries that arrived just before.
+    async fn unblock<F>(
+        &self,
+        client_id: Option<i64>,
+        reading: &mut std::pin::Pin<&mut F>,
+    ) -> redis::RedisResult<Value>
+    where
+        F: std::future::Future<Output = redis::RedisResult<Value>>,
+    {
+        if let (Some(id), Ok(mut conn)) = (client_id, self.shared.conn("read").await) {
+            let _ = redis::cmd("CLIENT")
+                .arg("UNBLOCK")
+                .arg(id)
+                .arg("TIMEOUT")
+                .query_async::<Value>(&mut conn)
+                .await;
+        }
+        reading.await
+    }
+}

@@ -1,0 +1,119 @@
+//! Writes to a stream: sends (due entries as one pipeline of XADDs, delayed ones scored on
+//! Redis's clock by a script), rejects (the copy and the removal of the original in one
+//! script) and acks (XACK and XDEL in one MULTI). Invariant: each write is one pipeline,
+//! script or transaction per attempt, and a reject copies only an entry still pending in
+//! the group, so repeating one after a lost reply makes no second copy.
+
+use super::engine::RedisQueue;
+use super::replies::as_string;
+use crate::engine::NewMessage;
+use crate::error::{Error, Result};
+use redis::{Script, Value};
+use std::sync::LazyLock;
+
+static ADD_DELAYED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/add_delayed.lua")));
+static REDELIVER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/redeliver.lua")));
+
+impl RedisQueue {
+    /// One attempt at storing a batch: due messages in one pipeline of XADDs, delayed ones
+    /// through the script that scores them on Redis's clock.
+    pub(super) async fn insert_once(&self, messages: &[NewMessage]) -> Result<Vec<String>> {
+        let mut conn = self.conn("send").await?;
+        let mut ids: Vec<Option<String>> = vec![None; messages.len()];
+        let mut pipe = redis::pipe();
+        let mut immediate = Vec::new();
+        for (i, m) in messages.iter().enumerate() {
+            if m.delay_ms <= 0.0 {
+                pipe.cmd("XADD")
+                    .arg(&self.config.stream)
+                    .arg("*")
+                    .arg("body")
+                    .arg(&m.body)
+                    .arg("headers")
+                    .arg(&m.headers);
+                immediate.push(i);
+            }
+        }
+        if !immediate.is_empty() {
+            let added: Vec<String> = pipe
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err("send", &e))?;
+            for (slot, id) in immediate.into_iter().zip(added) {
+                ids[slot] = Some(id);
+            }
+        }
+        for (i, m) in messages.iter().enumerate() {
+            if m.delay_ms > 0.0 {
+                let nonce = uuid::Uuid::new_v4().to_string();
+                let member = self.delayed_member(&nonce, &m.body, &m.headers)?;
+                ADD_DELAYED
+                    .key(&self.config.delay_key)
+                    .arg(m.delay_ms.ceil() as u64)
+                    .arg(member)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+                    .map_err(|e| self.err("send", &e))?;
+                ids[i] = Some(nonce);
+            }
+        }
+        Ok(ids.into_iter().map(Option::unwrap_or_default).collect())
+    }
+
+    /// One attempt at a reject (the script gates on the original still being pending, so a
+    /// repeat after a lost reply makes no second copy).
+    pub(super) async fn redeliver_once(
+        &self,
+        id: &str,
+        copy: &NewMessage,
+    ) -> Result<Option<String>> {
+        let mut conn = self.conn("reject").await?;
+        let nonce = uuid::Uuid::new_v4().to_string();
+        let member = self.delayed_member(&nonce, &copy.body, &copy.headers)?;
+        let reply: Value = REDELIVER
+            .key(&self.config.stream)
+            .key(&self.config.delay_key)
+            .arg(&self.config.group)
+            .arg(id)
+            .arg(&copy.body)
+            .arg(&copy.headers)
+            .arg(copy.delay_ms.max(0.0).ceil() as u64)
+            .arg(member)
+            .arg(&nonce)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.err("reject", &e))?;
+        Ok(as_string(&reply))
+    }
+
+    pub(super) fn delayed_member(&self, nonce: &str, body: &str, headers: &str) -> Result<String> {
+        // Key order nonce, body, headers, as upstream writes it.
+        let quote = |s: &str| serde_json::to_string(s).map_err(|e| Error::transport(e.to_string()));
+        Ok(format!(
+            "{{\"nonce\":{},\"body\":{},\"headers\":{}}}",
+            quote(nonce)?,
+            quote(body)?,
+            quote(headers)?
+        ))
+    }
+
+    pub(super) async fn ack_and_delete(&self, ids: Vec<String>, op: &str) -> Result<()> {
+        let mut conn = self.conn(op).await?;
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("XACK")
+            .arg(&self.config.stream)
+            .arg(&self.config.group)
+            .arg(&ids)
+            .ignore()
+            .cmd("XDEL")
+            .arg(&self.config.stream)
+            .arg(&ids)
+            .ignore();
+        pipe.query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| self.err(op, &e))
+    }
+}
