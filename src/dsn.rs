@@ -25,8 +25,8 @@ impl Dialect {
     }
 }
 
-/// A parsed SQL DSN.
-#[derive(Debug, Clone)]
+/// A parsed SQL DSN. Its `Debug` shows only the redacted form.
+#[derive(Clone)]
 pub struct SqlDsn {
     pub dialect: Dialect,
     /// The DSN as the driver should see it (`mariadb:` rewritten to `mysql:`).
@@ -88,13 +88,32 @@ pub fn parse_sql_dsn(dsn: &str) -> Result<SqlDsn> {
     })
 }
 
-/// A parsed Redis DSN (`redis://[user:password@]host[:port][/db]`, `rediss://` for TLS).
-#[derive(Debug, Clone)]
+/// A parsed Redis DSN (`redis://[user:password@]host[:port][/db]`, `rediss://` for TLS). Its
+/// `Debug` shows only the redacted form.
+#[derive(Clone)]
 pub struct RedisDsn {
     pub url: String,
     pub tls: bool,
     pub redacted: String,
     pub secrets: Vec<String>,
+}
+
+impl std::fmt::Debug for SqlDsn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlDsn")
+            .field("dialect", &self.dialect)
+            .field("dsn", &self.redacted)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for RedisDsn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisDsn")
+            .field("dsn", &self.redacted)
+            .field("tls", &self.tls)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Parses a Redis DSN. Errors are connection errors, as upstream raises for a bad DSN.
@@ -163,14 +182,20 @@ fn secrets_of(dsn: &str) -> Vec<String> {
     secrets
 }
 
-/// Byte range of the userinfo (before the last `@` of the authority), if present.
+/// Byte range of the userinfo (before the last `@` of the authority), if present. A password
+/// written with an unescaped `/`, `?` or `#` ends the authority early for a URL parser; so
+/// when the authority has no `@` but a `user:` starts it and an `@` follows later, everything
+/// up to the last `@` is taken as userinfo: redacting too much is safe, too little is not.
 fn userinfo_span(dsn: &str) -> Option<(usize, usize)> {
     let start = dsn.find("://")? + 3;
-    let authority_len = dsn[start..]
-        .find(['/', '?', '#'])
-        .unwrap_or(dsn.len() - start);
-    let at = dsn[start..start + authority_len].rfind('@')?;
-    Some((start, start + at))
+    let rest = &dsn[start..];
+    let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    if let Some(at) = rest[..authority_len].rfind('@') {
+        return Some((start, start + at));
+    }
+    let colon = rest.find(':')?;
+    let at = rest.rfind('@')?;
+    (colon < authority_len && colon < at).then_some((start, start + at))
 }
 
 /// The DSN with any password replaced by `***` (in the userinfo and in query parameters).
@@ -259,6 +284,35 @@ mod tests {
         assert_eq!(dsn.redacted, "postgres://u:***@host/db");
         assert!(dsn.secrets.contains(&"a@b".to_owned()));
     }
+    #[test]
+    fn passwords_with_reserved_characters_never_show() {
+        for reserved in "/?#@:[]!$&'()*+,;=% ".chars() {
+            let password = format!("pa{reserved}ss{reserved}word");
+            for scheme in ["postgres", "mysql", "redis"] {
+                let dsn = format!("{scheme}://user:{password}@127.0.0.1:1/db");
+                let shown = match scheme {
+                    "redis" => match parse_redis_dsn(&dsn) {
+                        Ok(parsed) => format!("{} {:?}", parsed.redacted, parsed),
+                        Err(err) => err.message,
+                    },
+                    _ => match parse_sql_dsn(&dsn) {
+                        Ok(parsed) => format!("{} {:?}", parsed.redacted, parsed),
+                        Err(err) => err.message,
+                    },
+                };
+                assert!(!shown.contains(&password), "{dsn}: {shown}");
+                assert!(!shown.contains("ss{reserved}word"), "{dsn}: {shown}");
+            }
+        }
+    }
+
+    #[test]
+    fn debug_shows_no_secret() {
+        let sql = parse_sql_dsn("postgres://u:hunter2@h/db").unwrap();
+        let redis = parse_redis_dsn("redis://u:hunter2@h:6379").unwrap();
+        assert!(!format!("{sql:?} {redis:?}").contains("hunter2"));
+    }
+
     #[test]
     fn redis_dsns() {
         let plain = parse_redis_dsn("redis://localhost:6379").unwrap();

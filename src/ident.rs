@@ -29,8 +29,14 @@ pub fn validate_table_name(name: &str) -> Result<()> {
     }
 }
 
-/// Checks that a queue name has 1 to 190 characters (UTF-16 code units, as JavaScript counts).
+/// Checks that a queue name has 1 to 190 characters (UTF-16 code units, as JavaScript counts)
+/// and no NUL, which no SQL text column accepts (PostgreSQL refuses it at the first send).
 pub fn validate_queue_name(name: &str) -> Result<()> {
+    if name.contains('\0') {
+        return Err(Error::invalid_argument(
+            "Invalid queueName: it must not contain the NUL character (\\0).",
+        ));
+    }
     let len = name.encode_utf16().count();
     if (1..=MAX_QUEUE_NAME_LEN).contains(&len) {
         Ok(())
@@ -93,6 +99,13 @@ mod tests {
         // 95 emoji are 190 UTF-16 units; one more is too long.
         assert!(validate_queue_name(&"🎉".repeat(95)).is_ok());
         assert!(validate_queue_name(&"🎉".repeat(96)).is_err());
+    }
+
+    #[test]
+    fn queue_names_with_nul_are_refused_up_front() {
+        let err = validate_queue_name("a\0b").unwrap_err();
+        assert_eq!(err.kind, crate::error::ErrorKind::InvalidArgument);
+        assert!(err.message.contains("NUL"), "{}", err.message);
     }
 
     #[test]

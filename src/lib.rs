@@ -8,6 +8,7 @@ extern crate napi_derive;
 
 pub mod batch;
 pub mod dsn;
+pub mod durations;
 pub mod engine;
 pub mod error;
 pub mod ident;
@@ -115,7 +116,7 @@ mod exports {
 
     fn millis(value: f64, name: &str) -> Result<Duration, Error> {
         if value.is_finite() && value >= 0.0 {
-            Ok(Duration::from_secs_f64(value / 1000.0))
+            Ok(durations::millis(value))
         } else {
             Err(Error::invalid_argument(format!(
                 "{name} must be a finite number >= 0, got {value}."

@@ -178,7 +178,7 @@ impl Engine for RedisQueue {
                 .reduce(f64::min)
             {
                 // A blocked read of this instance re-plans its wait around the new member.
-                let due = Duration::from_secs_f64(earliest / 1000.0);
+                let due = crate::durations::millis(earliest);
                 let mut next_due = self.next_due.lock().unwrap_or_else(|p| p.into_inner());
                 *next_due = Some(next_due.map_or(due, |known| known.min(due)));
                 drop(next_due);

@@ -94,10 +94,7 @@ impl<D: SqlDialect> TableQueue<D> {
         } else {
             // A failed peek just means "nothing scheduled": the cap still bounds the wait.
             match self.next_due_in_ms().await {
-                Ok(Some(ms)) => {
-                    Duration::from_secs_f64((ms.max(0.0) / 1000.0).min(cap.as_secs_f64()))
-                        .max(MIN_IDLE_WAIT)
-                }
+                Ok(Some(ms)) => crate::durations::millis(ms).min(cap).max(MIN_IDLE_WAIT),
                 _ => cap,
             }
         };
@@ -166,7 +163,7 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
     }
 
     fn claim_lease(&self) -> Duration {
-        Duration::from_secs_f64(self.config.redeliver_timeout_seconds)
+        crate::durations::secs(self.config.redeliver_timeout_seconds)
     }
 
     fn delete(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
