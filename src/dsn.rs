@@ -1,4 +1,4 @@
-//! DSN parsing: which engine a DSN names, and which parts of it are secret.
+//! DSN parsing: which dialect or engine a DSN names, and which parts of it are secret.
 //!
 //! The DSN itself is handed to the driver unchanged (its query parameters are the driver's,
 //! as with upstream); this module only classifies it and makes it safe to print.
@@ -6,23 +6,12 @@
 use crate::error::{Error, Result};
 use percent_encoding::percent_decode_str;
 
-/// The storage engines a SQL DSN can name.
+/// The SQL dialects a DSN can name (their facts are in `crate::sql::facts_of`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
     Postgres,
     MySql,
     Sqlite,
-}
-
-impl Dialect {
-    /// The engine's name as used in error messages (`<Engine> transport failed during …`).
-    pub fn label(self) -> &'static str {
-        match self {
-            Dialect::Postgres => "PostgreSQL",
-            Dialect::MySql => "MySQL",
-            Dialect::Sqlite => "SQLite",
-        }
-    }
 }
 
 /// A parsed SQL DSN. Its `Debug` shows only the redacted form.
