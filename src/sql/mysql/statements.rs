@@ -48,10 +48,15 @@ pub fn statements(t: &str) -> (TableStatements, MySqlStatements) {
         keep_head: format!(
             "UPDATE {t} SET delivered_at = NOW(3) WHERE delivered_at IS NOT NULL AND id IN "
         ),
+        // A row becomes claimable at its available_at, or, while claimed, when its claim's
+        // lease runs out. The lease is bound once, after the queue name, as every dialect's
+        // next_due takes them: the derived table `p` makes it a column the CASE can reuse.
         next_due: format!(
-            "SELECT TIMESTAMPDIFF(MICROSECOND, NOW(3), MIN(available_at)) / 1000e0 AS wait_ms \
-             FROM {t} WHERE queue_name = ? \
-             AND (delivered_at IS NULL OR delivered_at < NOW(3) - INTERVAL ? SECOND)"
+            "SELECT TIMESTAMPDIFF(MICROSECOND, NOW(3), MIN(CASE \
+               WHEN m.delivered_at IS NULL OR m.delivered_at < NOW(3) - INTERVAL p.lease SECOND THEN m.available_at \
+               ELSE GREATEST(m.available_at, m.delivered_at + INTERVAL p.lease SECOND) END)) / 1000e0 AS wait_ms \
+             FROM (SELECT available_at, delivered_at FROM {t} WHERE queue_name = ?) AS m \
+             CROSS JOIN (SELECT ? AS lease) AS p"
         ),
         list: format!(
             "SELECT CAST(id AS CHAR) AS id, body, headers FROM {t} WHERE queue_name = ? ORDER BY {t}.available_at, {t}.id LIMIT ?"

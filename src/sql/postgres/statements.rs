@@ -77,10 +77,13 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
         keep_head: format!(
             "UPDATE {t} SET delivered_at = now() WHERE delivered_at IS NOT NULL AND id IN "
         ),
+        // A row becomes claimable at its available_at, or, while claimed, when its claim's
+        // lease runs out (so an idle consumer takes over a crashed one's rows at the lease).
         next_due: format!(
-            "SELECT (extract(epoch FROM (min(available_at) - now())) * 1000)::float8 AS wait_ms \
-             FROM {t} WHERE queue_name = $1 \
-             AND (delivered_at IS NULL OR delivered_at < now() - make_interval(secs => $2::float8))"
+            "SELECT (extract(epoch FROM (min(CASE \
+               WHEN delivered_at IS NULL OR delivered_at < now() - make_interval(secs => $2::float8) THEN available_at \
+               ELSE greatest(available_at, delivered_at + make_interval(secs => $2::float8)) END) - now())) * 1000)::float8 AS wait_ms \
+             FROM {t} WHERE queue_name = $1"
         ),
         list: format!(
             "SELECT id::text AS id, body, headers FROM {t} WHERE queue_name = $1 ORDER BY {t}.available_at, {t}.id LIMIT $2"

@@ -36,9 +36,14 @@ pub fn statements(t: &str) -> (TableStatements, SqliteStatements) {
         keep_head: format!(
             "UPDATE {t} SET delivered_at = {NOW} WHERE delivered_at IS NOT NULL AND id IN "
         ),
+        // A row becomes claimable at its available_at, or, while claimed, when its claim's
+        // lease runs out (so an idle consumer takes over a crashed one's rows at the lease).
         next_due: format!(
-            "SELECT (julianday(MIN(available_at)) - julianday('now')) * 86400000.0 AS wait_ms \
-             FROM {t} WHERE queue_name = ?1 AND (delivered_at IS NULL OR delivered_at < {expired})"
+            "SELECT (julianday(MIN(CASE \
+               WHEN delivered_at IS NULL OR delivered_at < {expired} THEN available_at \
+               ELSE max(available_at, strftime('%Y-%m-%d %H:%M:%f', delivered_at, printf('+%.3f seconds', ?2))) END)) \
+               - julianday('now')) * 86400000.0 AS wait_ms \
+             FROM {t} WHERE queue_name = ?1"
         ),
         list: format!(
             "SELECT CAST(id AS TEXT) AS id, body, headers FROM {t} WHERE queue_name = ?1 ORDER BY {t}.available_at, {t}.id LIMIT ?2"
