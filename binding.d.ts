@@ -45,6 +45,11 @@ export declare class NativeQueue {
    * (write-behind); `close`, `list`, `find` and `count` wait for those writes.
    */
   ackLater(id: string): void
+  /**
+   * Stops renewing the claim of a delivered message that JavaScript settled without a
+   * write (its handler is done); acks and rejects do this themselves.
+   */
+  settled(id: string): void
   /** Replaces message `id` by a copy in one statement; null if `id` no longer exists. */
   redeliver(id: string, body: string, headers: string, delayMs: number): Promise<string | null>
   list(limit: number): Promise<Array<NativeMessage>>

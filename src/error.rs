@@ -38,6 +38,9 @@ impl ErrorKind {
 pub struct Error {
     pub kind: ErrorKind,
     pub message: String,
+    /// A connection failure that trying again will not cure (refused credentials, unknown
+    /// database): consumers surface it after a short bound instead of riding it out.
+    pub persistent: bool,
 }
 
 impl fmt::Display for Error {
@@ -51,7 +54,19 @@ impl Error {
         Self {
             kind,
             message: message.into(),
+            persistent: false,
         }
+    }
+
+    /// Marks a failure that trying again will not cure.
+    pub fn persistent(mut self) -> Self {
+        self.persistent = true;
+        self
+    }
+
+    /// A connection failure worth waiting out (a restart, a dropped connection, a timeout).
+    pub fn is_transient_connection(&self) -> bool {
+        self.kind == ErrorKind::Connection && !self.persistent
     }
 
     pub fn invalid_argument(message: impl Into<String>) -> Self {

@@ -6,6 +6,7 @@
 #[cfg_attr(not(test), macro_use)]
 extern crate napi_derive;
 
+pub mod backoff;
 pub mod batch;
 pub mod dsn;
 pub mod durations;
@@ -272,6 +273,13 @@ mod exports {
         #[napi(catch_unwind)]
         pub fn ack_later(&self, id: String) {
             within_runtime_if_available(|| self.queue.ack_later(id));
+        }
+
+        /// Stops renewing the claim of a delivered message that JavaScript settled without a
+        /// write (its handler is done); acks and rejects do this themselves.
+        #[napi(catch_unwind)]
+        pub fn settled(&self, id: String) {
+            self.queue.settled(&id);
         }
 
         /// Replaces message `id` by a copy in one statement; null if `id` no longer exists.

@@ -2,13 +2,14 @@
 //! buffer that JS drains with a sync call, batch claims sized to the consumer, idle waits,
 //! coalesced acks and sends, memoized setup, and the close sequence.
 
+use crate::backoff::Backoff;
 use crate::batch::Coalescer;
 use crate::engine::{Engine, NewMessage, StoredMessage};
 use crate::error::{Error, ErrorKind, Result};
 use crate::wake::WaitOutcome;
 use crate::write_behind::WriteBehind;
 use futures_util::future::BoxFuture;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,6 +25,15 @@ pub const FIRST_CLAIM_BATCH: u32 = 16;
 const CLAIM_WINDOW: Duration = Duration::from_millis(100);
 /// Claims are renewed at a third of their lease, but not more often than this.
 const MIN_RENEW_PERIOD: Duration = Duration::from_millis(20);
+/// Buffered rows behind a consumer that took none for this long (a slow or stuck handler)
+/// are handed back for other consumers instead of being renewed.
+const PREFETCH_HOLD: Duration = Duration::from_secs(5);
+/// A consumer that met a server refusal (credentials, unknown database) this many times in a
+/// row surfaces it: the core Worker then stops instead of spinning silently.
+const REFUSALS_SURFACED_AFTER: u32 = 3;
+/// Pauses of a consumer riding out an outage: from 100 ms, doubling, at most 5 s, jittered.
+const OUTAGE_FIRST_PAUSE: Duration = Duration::from_millis(100);
+const OUTAGE_MAX_PAUSE: Duration = Duration::from_secs(5);
 /// How long close(), list(), find() and getMessageCount() wait for failing ack writes.
 const ACK_FLUSH_PATIENCE: Duration = Duration::from_secs(5);
 /// Largest batch one ack or send statement carries.
@@ -42,6 +52,9 @@ pub struct Queue {
     /// One claim at a time per queue: concurrent `get()` loops share the buffer.
     claim_lock: tokio::sync::Mutex<()>,
     batch_size: AtomicU32,
+    /// A claim or idle wait succeeded once: from then on a consumer rides out connection
+    /// failures instead of reporting them (before it, an unreachable server fails fast).
+    contacted: AtomicBool,
     closing: CancellationToken,
     waiters: Mutex<HashMap<u32, CancellationToken>>,
     acks: Coalescer<String, ()>,
@@ -54,13 +67,63 @@ struct Prefetch {
     rows: VecDeque<StoredMessage>,
     /// When the current batch was handed over and how big it was, to size the next one.
     handed_at: Option<(Instant, usize)>,
-    /// When the claim on the buffered rows was last taken or renewed.
+    /// When the claim on the buffered and in-flight rows was last taken or renewed.
     renewed_at: Option<Instant>,
+    /// When JavaScript last took a row, or a batch arrived.
+    last_taken: Option<Instant>,
+    /// Rows handed to JavaScript and not settled yet: their claim is renewed while the
+    /// handler runs, so a live worker's message is not delivered to another consumer.
+    in_flight: HashSet<String>,
     /// The last claim's size, and whether it came back full (more is likely waiting).
     requested: usize,
     full: bool,
     /// Average size of the last claimed messages, to keep a batch within `MAX_BATCH_BYTES`.
     average_bytes: usize,
+}
+
+impl Prefetch {
+    /// One round of the keeper: the buffered rows to hand back (the consumer stalled), and
+    /// the rows whose claim is due for renewal (in flight, and buffered ones kept).
+    fn keeper_round(&mut self, period: Duration) -> (Vec<String>, Vec<String>) {
+        let stalled = !self.rows.is_empty()
+            && self
+                .last_taken
+                .is_some_and(|at| at.elapsed() >= PREFETCH_HOLD);
+        let hand_back: Vec<String> = if stalled {
+            self.full = false;
+            self.handed_at = None;
+            self.rows.drain(..).map(|row| row.id).collect()
+        } else {
+            Vec::new()
+        };
+        let due = self.renewed_at.is_none_or(|at| at.elapsed() >= period);
+        if !due || (self.rows.is_empty() && self.in_flight.is_empty()) {
+            return (hand_back, Vec::new());
+        }
+        self.renewed_at = Some(Instant::now());
+        let renew = self
+            .rows
+            .iter()
+            .map(|row| row.id.clone())
+            .chain(self.in_flight.iter().cloned())
+            .collect();
+        (hand_back, renew)
+    }
+}
+
+/// A consumer's current run of failed claims or waits.
+struct Outage {
+    backoff: Backoff,
+    refusals: u32,
+}
+
+impl Default for Outage {
+    fn default() -> Self {
+        Self {
+            backoff: Backoff::new(OUTAGE_FIRST_PAUSE, OUTAGE_MAX_PAUSE),
+            refusals: 0,
+        }
+    }
 }
 
 /// The autoSetup memo: the DDL runs once, only a success is remembered, and a table that
@@ -149,6 +212,7 @@ impl Queue {
             reading: AtomicBool::new(false),
             claim_lock: tokio::sync::Mutex::new(()),
             batch_size: AtomicU32::new(first_batch.clamp(1, MAX_CLAIM_BATCH)),
+            contacted: AtomicBool::new(false),
             closing: CancellationToken::new(),
             waiters: Mutex::default(),
         }
@@ -184,6 +248,10 @@ impl Queue {
     pub fn take(self: &Arc<Self>) -> Option<StoredMessage> {
         let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
         let next = buffer.rows.pop_front();
+        if let Some(row) = &next {
+            buffer.in_flight.insert(row.id.clone());
+            buffer.last_taken = Some(Instant::now());
+        }
         // Half of a full batch handed out: claim the next one now, so the database works
         // while JavaScript handles the rest (read-ahead; at most one batch ahead).
         if next.is_some() && buffer.full && buffer.rows.len() == buffer.requested / 2 {
@@ -214,6 +282,7 @@ impl Queue {
         let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
         buffer.handed_at = Some((Instant::now(), buffer.rows.len() + rows.len()));
         buffer.renewed_at = Some(Instant::now());
+        buffer.last_taken = Some(Instant::now());
         buffer.requested = requested as usize;
         buffer.full = rows.len() >= requested as usize && requested > 1;
         let bytes: usize = rows.iter().map(|r| r.body.len() + r.headers.len()).sum();
@@ -239,12 +308,13 @@ impl Queue {
         self.runtime.get_or_init(tokio::runtime::Handle::current);
         self.reading.store(true, Ordering::Release);
         let signal = self.engine.wake_signal();
+        let mut outage = Outage::default();
         loop {
             if cancel.is_cancelled() {
                 return Ok(false);
             }
             let seen = signal.seq();
-            {
+            let claimed = {
                 let _claiming = tokio::select! {
                     guard = self.claim_lock.lock() => guard,
                     _ = cancel.cancelled() => return Ok(false),
@@ -256,31 +326,77 @@ impl Queue {
                     return Ok(false);
                 }
                 let limit = self.next_batch_size();
-                let rows = self.setup.around(self.engine.claim(limit)).await?;
-                if !rows.is_empty() {
-                    self.hand_over(rows, limit);
-                    return Ok(true);
+                match self.setup.around(self.engine.claim(limit)).await {
+                    Ok(rows) if !rows.is_empty() => {
+                        self.hand_over(rows, limit);
+                        self.contacted.store(true, Ordering::Release);
+                        return Ok(true);
+                    }
+                    Ok(_) => Ok(()),
+                    Err(err) => Err(err),
                 }
+            };
+            if let Err(err) = claimed {
+                self.ride_out(err, &mut outage, cancel).await?;
+                continue;
             }
-            match self.setup.around(self.engine.idle(seen, cancel)).await? {
-                WaitOutcome::Cancelled => return Ok(false),
+            match self.setup.around(self.engine.idle(seen, cancel)).await {
+                Ok(WaitOutcome::Cancelled) => return Ok(false),
                 // Buffered like a claim's rows, even when `cancel` fired meanwhile (the loop
                 // then returns false): `release_prefetched` gives them back.
-                WaitOutcome::Claimed(rows) if !rows.is_empty() => {
+                Ok(WaitOutcome::Claimed(rows)) if !rows.is_empty() => {
                     let _claiming = self.claim_lock.lock().await;
                     let limit = self.next_batch_size();
                     self.hand_over(rows, limit);
                 }
-                _ => {}
+                Ok(_) => {}
+                Err(err) => {
+                    self.ride_out(err, &mut outage, cancel).await?;
+                    continue;
+                }
             }
+            self.contacted.store(true, Ordering::Release);
+            outage = Outage::default();
         }
     }
 
-    /// Renews the claim on rows that wait in the buffer while a slow handler runs, so that
-    /// they are not taken over as abandoned (a redelivery timeout, an idle-claim threshold).
+    /// A consumer's answer to a failed claim or idle wait: once the server was reached, a
+    /// connection failure is waited out with capped, jittered pauses (a restart, a killed
+    /// connection, a short network loss: `get()` neither throws nor ends); a refusal
+    /// (credentials, unknown database) is surfaced after `REFUSALS_SURFACED_AFTER` tries in
+    /// a row; anything else, and anything before first contact, is surfaced at once.
+    async fn ride_out(
+        &self,
+        err: Error,
+        outage: &mut Outage,
+        cancel: &CancellationToken,
+    ) -> Result<()> {
+        if err.kind != ErrorKind::Connection || !self.contacted.load(Ordering::Acquire) {
+            return Err(err);
+        }
+        if err.persistent {
+            outage.refusals += 1;
+            if outage.refusals >= REFUSALS_SURFACED_AFTER {
+                return Err(err);
+            }
+        }
+        let pause = outage.backoff.next_pause();
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = cancel.cancelled() => {}
+        }
+        Ok(())
+    }
+
+    /// Renews the claim on in-flight rows (their handler is running) and on buffered rows
+    /// while the consumer keeps taking them, so neither is taken over as abandoned (a
+    /// redelivery timeout, an idle-claim threshold). Buffered rows behind a consumer that
+    /// took nothing for `PREFETCH_HOLD` are handed back instead: a stuck handler holds its
+    /// own message, never a batch.
     fn spawn_keeper(&self) {
         let lease = self.engine.claim_lease();
         let period = (lease / 3).max(MIN_RENEW_PERIOD);
+        let tick = period.min(PREFETCH_HOLD / 2).max(MIN_RENEW_PERIOD);
         let (engine, buffer, closing) = (
             self.engine.clone(),
             self.buffer.clone(),
@@ -290,20 +406,20 @@ impl Queue {
             loop {
                 tokio::select! {
                     _ = closing.cancelled() => return,
-                    _ = tokio::time::sleep(period) => {}
+                    _ = tokio::time::sleep(tick) => {}
                 }
-                let stale: Vec<String> = {
+                let (hand_back, renew) = {
                     let mut buffer = buffer.lock().unwrap_or_else(|p| p.into_inner());
-                    match buffer.renewed_at {
-                        Some(at) if at.elapsed() >= period && !buffer.rows.is_empty() => {
-                            buffer.renewed_at = Some(Instant::now());
-                            buffer.rows.iter().map(|r| r.id.clone()).collect()
-                        }
-                        _ => continue,
-                    }
+                    buffer.keeper_round(period)
                 };
-                // Best effort: if it fails, the rows are redelivered later, never lost.
-                let _ = engine.keep_claimed(stale).await;
+                // Best effort both: a failed release or renewal means the rows come back at
+                // their lease, never that they are lost.
+                if !hand_back.is_empty() && engine.release(hand_back).await.is_ok() {
+                    engine.wake_signal().wake();
+                }
+                if !renew.is_empty() {
+                    let _ = engine.keep_claimed(renew).await;
+                }
             }
         });
     }
@@ -392,7 +508,18 @@ impl Queue {
 
     /// Records an ack whose delete the write-behind flusher writes (needs a runtime context).
     pub fn ack_later(&self, id: String) {
+        self.settled(&id);
         self.acks_behind.push(id);
+    }
+
+    /// Stops renewing the claim of a delivered row: its handler is done (acked, rejected, or
+    /// given up by JavaScript without a write).
+    pub fn settled(&self, id: &str) {
+        self.buffer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .in_flight
+            .remove(id);
     }
 
     /// Waits until every write-behind ack is written (retried meanwhile; reported if it
@@ -402,11 +529,13 @@ impl Queue {
     }
 
     pub async fn ack(&self, id: &str) -> Result<()> {
+        self.settled(id);
         self.acks.submit(id.to_owned()).await
     }
 
     /// Deletes the original and inserts the copy atomically; None if the original was gone.
     pub async fn redeliver(&self, id: &str, copy: NewMessage) -> Result<Option<String>> {
+        self.settled(id);
         let result = self.engine.redeliver(id.to_owned(), copy).await?;
         if result.is_some() {
             self.engine.wake_signal().wake();
@@ -449,5 +578,57 @@ impl Drop for Queue {
     // A transport dropped without close(): stop its background work all the same.
     fn drop(&mut self) {
         self.closing.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str) -> StoredMessage {
+        StoredMessage {
+            id: id.to_owned(),
+            body: String::new(),
+            headers: String::new(),
+        }
+    }
+
+    fn ago(duration: Duration) -> Option<Instant> {
+        Instant::now().checked_sub(duration)
+    }
+
+    #[test]
+    fn renews_in_flight_and_buffered_rows_while_the_consumer_takes() {
+        let mut prefetch = Prefetch {
+            rows: [row("2"), row("3")].into(),
+            in_flight: ["1".to_owned()].into(),
+            last_taken: Some(Instant::now()),
+            renewed_at: ago(Duration::from_secs(2)),
+            ..Prefetch::default()
+        };
+        let (hand_back, mut renew) = prefetch.keeper_round(Duration::from_secs(1));
+        renew.sort();
+        assert!(hand_back.is_empty());
+        assert_eq!(renew, ["1", "2", "3"]);
+        // Not due again until a period has passed.
+        assert_eq!(
+            prefetch.keeper_round(Duration::from_secs(1)),
+            (vec![], vec![])
+        );
+    }
+
+    #[test]
+    fn hands_back_rows_buffered_behind_a_stalled_consumer_but_keeps_its_own() {
+        let mut prefetch = Prefetch {
+            rows: [row("2"), row("3")].into(),
+            in_flight: ["1".to_owned()].into(),
+            last_taken: ago(PREFETCH_HOLD + Duration::from_millis(1)),
+            renewed_at: ago(Duration::from_secs(2)),
+            ..Prefetch::default()
+        };
+        let (hand_back, renew) = prefetch.keeper_round(Duration::from_secs(1));
+        assert_eq!(hand_back, ["2", "3"]);
+        assert_eq!(renew, ["1"]);
+        assert!(prefetch.rows.is_empty());
     }
 }

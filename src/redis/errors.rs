@@ -20,10 +20,10 @@ pub(super) fn classify(err: &redis::RedisError) -> ErrorKind {
         || err.is_connection_refusal()
         || err.is_timeout()
         || err.is_connection_dropped()
-        || err.kind() == redis::ErrorKind::AuthenticationFailed
-        || err.code() == Some("NOAUTH")
-        || err.code() == Some("WRONGPASS")
+        || is_refusal(err)
         || err.is_cluster_error()
+        // LOADING: a restarted server still reading its data; it answers in a moment.
+        || err.code() == Some("LOADING")
     {
         ErrorKind::Connection
     } else {
@@ -31,13 +31,25 @@ pub(super) fn classify(err: &redis::RedisError) -> ErrorKind {
     }
 }
 
+/// Refused credentials: trying again will not cure them.
+fn is_refusal(err: &redis::RedisError) -> bool {
+    err.kind() == redis::ErrorKind::AuthenticationFailed
+        || err.code() == Some("NOAUTH")
+        || err.code() == Some("WRONGPASS")
+}
+
 impl RedisShared {
     pub(super) fn error(&self, op: &str, err: &redis::RedisError) -> Error {
-        Error::new(
+        let error = Error::new(
             classify(err),
             format!("Redis transport failed during \"{op}\": {err}"),
         )
-        .redacted(&self.secrets)
+        .redacted(&self.secrets);
+        if is_refusal(err) {
+            error.persistent()
+        } else {
+            error
+        }
     }
 
     pub(super) fn no_answer(&self, op: &str) -> Error {
@@ -57,9 +69,7 @@ impl RedisQueue {
     /// and tries again (the command connection reconnects by itself) instead of ending get().
     pub(super) async fn tolerate<T>(&self, result: Result<T>, otherwise: T) -> Result<T> {
         match result {
-            Err(err)
-                if err.kind == ErrorKind::Connection && self.contacted.load(Ordering::Acquire) =>
-            {
+            Err(err) if err.is_transient_connection() && self.contacted.load(Ordering::Acquire) => {
                 tokio::time::sleep(RETRY_PAUSE).await;
                 Ok(otherwise)
             }
@@ -76,9 +86,7 @@ impl RedisQueue {
         Fut: std::future::Future<Output = Result<T>>,
     {
         match op().await {
-            Err(err)
-                if err.kind == ErrorKind::Connection && self.contacted.load(Ordering::Acquire) =>
-            {
+            Err(err) if err.is_transient_connection() && self.contacted.load(Ordering::Acquire) => {
                 op().await
             }
             other => other,

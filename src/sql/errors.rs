@@ -9,6 +9,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
     Connection,
+    /// The server refused us for good: credentials, unknown database. Never retried at once
+    /// (a login storm would not help); reported as a connection error.
+    Refused,
     NotFound,
     /// Serialization failure / deadlock / lock wait timeout / busy file: worth another attempt.
     Transient,
@@ -41,15 +44,20 @@ pub fn driver_error(
     secrets: &[String],
 ) -> Error {
     let kind = match failure {
-        Failure::Connection => ErrorKind::Connection,
+        Failure::Connection | Failure::Refused => ErrorKind::Connection,
         Failure::NotFound => ErrorKind::NotFound,
         Failure::Transient | Failure::Other => ErrorKind::Transport,
     };
-    Error::new(
+    let error = Error::new(
         kind,
         format!("{label} transport failed during \"{op}\": {detail}"),
     )
-    .redacted(secrets)
+    .redacted(secrets);
+    if failure == Failure::Refused {
+        error.persistent()
+    } else {
+        error
+    }
 }
 
 /// The error for a server that accepted no connection within the connect timeout.

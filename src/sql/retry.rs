@@ -35,7 +35,7 @@ where
                 continue;
             }
             Err(err) if tries < 3 && classify(&err) == Failure::Transient => {
-                let jitter = 0.9 + 0.2 * pseudo_random_unit();
+                let jitter = 0.9 + 0.2 * crate::backoff::unit_jitter();
                 tokio::time::sleep(Duration::from_micros((delay_ms * jitter * 1000.0) as u64))
                     .await;
                 delay_ms *= 2.0;
@@ -43,17 +43,4 @@ where
             other => return other,
         }
     }
-}
-
-/// A cheap jitter source; the quality of randomness does not matter here.
-fn pseudo_random_unit() -> f64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(
-        std::time::SystemTime::now()
-            .elapsed()
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0),
-    );
-    (h.finish() % 10_000) as f64 / 10_000.0
 }

@@ -21,13 +21,10 @@ pub fn classify_database(db: &dyn DatabaseError) -> Failure {
     {
         Some(ER_NO_SUCH_TABLE) => Failure::NotFound,
         Some(ER_LOCK_DEADLOCK | ER_LOCK_WAIT_TIMEOUT) => Failure::Transient,
-        Some(
-            ER_ACCESS_DENIED_ERROR
-            | ER_DBACCESS_DENIED_ERROR
-            | ER_BAD_DB_ERROR
-            | ER_SERVER_SHUTDOWN
-            | ER_CON_COUNT_ERROR,
-        ) => Failure::Connection,
+        Some(ER_ACCESS_DENIED_ERROR | ER_DBACCESS_DENIED_ERROR | ER_BAD_DB_ERROR) => {
+            Failure::Refused
+        }
+        Some(ER_SERVER_SHUTDOWN | ER_CON_COUNT_ERROR) => Failure::Connection,
         _ => Failure::Other,
     }
 }

@@ -3,18 +3,16 @@
 use crate::sql::errors::Failure;
 use sqlx::error::DatabaseError;
 
-/// SQLSTATE classes: 08 connection, 28 authorization, 57P shutdown/cannot connect, 3D000
-/// unknown database; 42P01 undefined table; 40001/40P01 serialization failure/deadlock.
+/// SQLSTATE classes: 08 connection, 57P shutdown/cannot connect; 28 authorization and 3D000
+/// unknown database (refused for good); 42P01 undefined table; 40001/40P01 serialization
+/// failure/deadlock.
 pub fn classify_database(db: &dyn DatabaseError) -> Failure {
     match db.code().as_deref() {
         Some("42P01") => Failure::NotFound,
         Some("40001" | "40P01") => Failure::Transient,
-        Some("3D000") => Failure::Connection,
-        Some(code)
-            if code.starts_with("08") || code.starts_with("28") || code.starts_with("57P") =>
-        {
-            Failure::Connection
-        }
+        Some("3D000") => Failure::Refused,
+        Some(code) if code.starts_with("28") => Failure::Refused,
+        Some(code) if code.starts_with("08") || code.starts_with("57P") => Failure::Connection,
         _ => Failure::Other,
     }
 }
