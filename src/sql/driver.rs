@@ -125,9 +125,24 @@ where
     fn message_of(row: &Self::Row) -> SqlResult<StoredMessage> {
         Ok(StoredMessage {
             id: row.try_get("id")?,
-            body: row.try_get("body")?,
-            headers: row.try_get("headers")?,
+            body: text_or_poison::<DB>(row, "body")?,
+            headers: text_or_poison::<DB>(row, "headers")?,
         })
+    }
+}
+
+/// A text column as stored; a value that is not text (say, invalid UTF-8 a foreign writer
+/// put in a SQLite file) comes out empty, which no serializer decodes: the row is then poison
+/// and removed as such, instead of failing every claim and list that meets it.
+fn text_or_poison<DB>(row: &DB::Row, column: &'static str) -> SqlResult<String>
+where
+    DB: Database,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    &'static str: ColumnIndex<DB::Row>,
+{
+    match row.try_get::<String, _>(column) {
+        Err(sqlx::Error::ColumnDecode { .. }) => Ok(String::new()),
+        other => other,
     }
 }
 
