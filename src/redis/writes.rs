@@ -82,6 +82,7 @@ impl RedisQueue {
             .arg(copy.delay_ms.max(0.0).ceil() as u64)
             .arg(member)
             .arg(&nonce)
+            .arg(&self.config.consumer)
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.err("reject", &e))?;
