@@ -98,11 +98,20 @@ impl RedisQueue {
         if config.connect.cluster {
             slot::check_same_slot(&config.stream, &config.delay_key)?;
         }
+        // Everything the shared connections are made with: a transport with another CA or
+        // timeout gets connections of its own, never the first transport's.
+        let ca_digest = config.connect.tls_ca.as_deref().map(|ca| {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            ca.hash(&mut hasher);
+            hasher.finish()
+        });
         let key = format!(
-            "{}|cluster={}|ca={}",
+            "{}|cluster={}|ca={:?}|connect_timeout_ms={}",
             dsn.url,
             config.connect.cluster,
-            config.connect.tls_ca.is_some()
+            ca_digest,
+            config.connect.connect_timeout.as_millis()
         );
         let shared = TARGETS.join(&key, || {
             Ok(RedisShared {

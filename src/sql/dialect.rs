@@ -77,9 +77,15 @@ pub trait SqlDialect: Sized + Send + Sync + 'static {
     /// The process-wide registry of this dialect's targets (one per DSN).
     fn targets() -> &'static Targets<SqlTarget<Self>>;
 
-    /// What identifies a target: the driver URL, unless the dialect knows better.
-    fn target_key(dsn: &SqlDsn) -> Result<String> {
-        Ok(dsn.driver_url.clone())
+    /// What identifies a target: the driver URL and the connect timeout the pool was made
+    /// with (a transport with other settings gets a pool of its own, not the first one's),
+    /// unless the dialect knows better.
+    fn target_key(dsn: &SqlDsn, connect_timeout: Duration) -> Result<String> {
+        Ok(format!(
+            "{} connect_timeout_ms={}",
+            dsn.driver_url,
+            connect_timeout.as_millis()
+        ))
     }
 
     /// Builds a target's pool (lazily: no connection is opened here).

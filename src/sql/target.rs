@@ -32,7 +32,7 @@ impl<D: SqlDialect> SqlTarget<D> {
     ///
     /// [`leave`]: SqlTarget::leave
     pub fn join(dsn: &SqlDsn, connect_timeout: Duration) -> Result<Arc<Self>> {
-        let key = D::target_key(dsn)?;
+        let key = D::target_key(dsn, connect_timeout)?;
         D::targets().join(&key.clone(), || {
             let board = Arc::new(WakeBoard::default());
             let OpenedTarget { pool, probe, extra } = D::open_target(dsn, connect_timeout, &board)?;

@@ -48,7 +48,9 @@ impl SqlDialect for Sqlite {
         &TARGETS
     }
 
-    fn target_key(dsn: &SqlDsn) -> Result<String> {
+    /// The file alone: every transport on a file (or on `:memory:`, which must stay one
+    /// database) shares one pool, with the first one's busy timeout.
+    fn target_key(dsn: &SqlDsn, _busy_timeout: Duration) -> Result<String> {
         Ok(parse_sqlite_location(&dsn.driver_url)?.key())
     }
 
