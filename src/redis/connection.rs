@@ -9,7 +9,11 @@ use redis::aio::{
 };
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisFuture, TlsCertificates, Value};
+use redis::io::tcp::{socket2, TcpSettings};
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, IntoConnectionInfo, Pipeline, RedisFuture, TlsCertificates,
+    Value,
+};
 use std::time::Duration;
 
 /// How to reach the deployment.
@@ -69,6 +73,24 @@ pub struct ConnectOptions {
     pub connect_timeout: Duration,
 }
 
+/// TCP settings of every connection: keepalive probes so that a peer that went silent (a
+/// dropped NAT entry, a host gone without a reset) is noticed within about 30 s even on an
+/// idle or blocked connection, and `TCP_USER_TIMEOUT` so that unacknowledged writes fail
+/// within the same bound instead of retransmitting for minutes.
+fn tcp_settings() -> TcpSettings {
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(15))
+        .with_interval(Duration::from_secs(5));
+    #[cfg(any(target_os = "linux", target_os = "macos", target_os = "windows"))]
+    let keepalive = keepalive.with_retries(3);
+    let settings = TcpSettings::default()
+        .set_nodelay(true)
+        .set_keepalive(keepalive);
+    #[cfg(target_os = "linux")]
+    let settings = settings.set_user_timeout(Duration::from_secs(30));
+    settings
+}
+
 impl Target {
     pub fn new(dsn: &RedisDsn, options: &ConnectOptions) -> Result<Self> {
         let invalid = |e: redis::RedisError| {
@@ -81,6 +103,7 @@ impl Target {
         };
         if options.cluster {
             let mut builder = ClusterClient::builder(vec![dsn.url.as_str()])
+                .tcp_settings(tcp_settings())
                 .connection_timeout(options.connect_timeout)
                 .response_timeout(options.connect_timeout)
                 .retries(2);
@@ -92,10 +115,16 @@ impl Target {
                 .map(|c| Target::Cluster(Box::new(c)))
                 .map_err(invalid);
         }
+        let info = dsn
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(invalid)?
+            .set_tcp_settings(tcp_settings());
         let client = if dsn.tls && options.tls_ca.is_some() {
-            Client::build_with_tls(dsn.url.as_str(), certs())
+            Client::build_with_tls(info, certs())
         } else {
-            Client::open(dsn.url.as_str())
+            Client::open(info)
         };
         client.map(|c| Target::Node(Box::new(c))).map_err(invalid)
     }

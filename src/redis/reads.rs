@@ -24,6 +24,10 @@ const PROMOTE_LIMIT: u32 = 100;
 static PROMOTE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/promote.lua")));
 
+/// How long a blocked read may run past its BLOCK time, or past being ended, before its
+/// connection is taken for dead and dropped (a silent peer must not hold `get()` or `close()`).
+const READ_MARGIN: Duration = Duration::from_secs(2);
+
 impl RedisQueue {
     /// Turns stream entries into messages; entries without `body`/`headers` (foreign) are
     /// acknowledged and deleted, so they never loop.
@@ -229,6 +233,9 @@ impl RedisQueue {
                 // This instance just added a delayed message that may be due before the block
                 // ends: end it now so the wait is planned again around that member.
                 _ = self.delayed_added.changed(delayed_seen), if client_id.is_some() => (Some(self.unblock(client_id, &mut reading).await), false),
+                // No way to end a cluster block early: past its BLOCK time and a margin, the
+                // connection is taken for dead (a silent peer) and dropped below.
+                _ = tokio::time::sleep(server_block + READ_MARGIN), if client_id.is_none() => (None, false),
                 _ = cancel.cancelled() => match client_id {
                     Some(_) => (Some(self.unblock(client_id, &mut reading).await), true),
                     // No way to end the block early: the connection is dropped below.
@@ -241,7 +248,11 @@ impl RedisQueue {
                 // Entries the abandoned block may have claimed are re-read from our own
                 // pending list by the next claim.
                 self.recover_own.store(true, Ordering::Release);
-                return Ok(WaitOutcome::Cancelled);
+                return Ok(if cancelled {
+                    WaitOutcome::Cancelled
+                } else {
+                    WaitOutcome::TimedOut
+                });
             }
             Some(Ok(reply)) => {
                 *guard = Some((conn, client_id));
@@ -316,6 +327,14 @@ impl RedisQueue {
                 .query_async::<Value>(&mut conn)
                 .await;
         }
-        reading.await
+        // The unblocked read answers at once; a read that does not is on a dead or silent
+        // connection, which the caller then drops instead of waiting on it.
+        match tokio::time::timeout(READ_MARGIN, reading.as_mut()).await {
+            Ok(reply) => reply,
+            Err(_) => Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no reply to a blocked read after it was ended",
+            ))),
+        }
     }
 }
