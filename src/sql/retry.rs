@@ -1,6 +1,8 @@
 //! The one retry policy of the SQL dialects: transient failures (deadlock, serialization
-//! failure, busy file) get two more attempts with jittered backoff; a statement that failed on
-//! a connection the server had dropped while it sat in the pool is repeated on another.
+//! failure, busy file: the statement was rolled back) get two more attempts with jittered
+//! backoff; an idempotent statement that failed on a connection the server had dropped while
+//! it sat in the pool is repeated on another. A write that must not run twice is never
+//! repeated after a connection failure ([`with_rollback_retry`]): it may have been applied.
 
 use super::errors::Failure;
 use super::target::MAX_POOL_CONNECTIONS;
@@ -33,6 +35,42 @@ where
                 stale += 1;
                 tries -= 1;
                 continue;
+            }
+            Err(err) if tries < 3 && classify(&err) == Failure::Transient => {
+                let jitter = 0.9 + 0.2 * crate::backoff::unit_jitter();
+                tokio::time::sleep(Duration::from_micros((delay_ms * jitter * 1000.0) as u64))
+                    .await;
+                delay_ms *= 2.0;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Runs `attempt` again only after failures that rolled it back: a deadlock, serialization
+/// failure or busy file (as [`with_transient_retry`]), or the server's own refusal of the
+/// statement on a connection it was ending (an error *response*, such as PostgreSQL's
+/// "terminating connection" on a pooled connection the server dropped: the statement did not
+/// run). Never after a connection lost without an answer: it may have been applied.
+pub async fn with_rollback_retry<T, F, Fut>(
+    classify: impl Fn(&sqlx::Error) -> Failure,
+    mut attempt: F,
+) -> std::result::Result<T, sqlx::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, sqlx::Error>>,
+{
+    let mut delay_ms = 100.0_f64;
+    let mut tries = 0;
+    let mut refused = 0;
+    loop {
+        tries += 1;
+        match attempt().await {
+            Err(err @ sqlx::Error::Database(_))
+                if refused < MAX_POOL_CONNECTIONS && classify(&err) == Failure::Connection =>
+            {
+                refused += 1;
+                tries -= 1;
             }
             Err(err) if tries < 3 && classify(&err) == Failure::Transient => {
                 let jitter = 0.9 + 0.2 * crate::backoff::unit_jitter();

@@ -63,6 +63,34 @@ impl<D: SqlDialect> TableQueue<D> {
         self.target.ensure_reachable(op).await
     }
 
+    /// The most any one operation may take: `connectTimeoutMs` plus `STATEMENT_BOUND`.
+    pub fn response_bound(&self) -> Duration {
+        self.config.connect_timeout + STATEMENT_BOUND
+    }
+
+    /// Runs `operation` within the response bound. A write that runs out of it may have been
+    /// applied: `what` (the messages of a send) is named in the error, never sent again.
+    async fn bounded<T>(
+        &self,
+        op: &str,
+        what: Option<&str>,
+        operation: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.response_bound(), operation).await {
+            Ok(result) => result,
+            Err(_) => {
+                let unknown = what.map_or(String::new(), |what| {
+                    format!(" ({what} may have been stored; not sent again)")
+                });
+                Err(Error::connection(format!(
+                    "{} transport failed during \"{op}\": no reply from the server within {} ms{unknown}",
+                    D::FACTS.label,
+                    self.response_bound().as_millis()
+                )))
+            }
+        }
+    }
+
     /// The queue-and-lease binds of the `count` and `next_due` statements.
     fn queue_and_lease(&self) -> [Param<'_>; 2] {
         [
@@ -74,9 +102,12 @@ impl<D: SqlDialect> TableQueue<D> {
     /// Milliseconds until the next unclaimed row is due (≤ 0: due now), `None` if none is.
     async fn next_due_in_ms(&self) -> Result<Option<f64>> {
         let params = self.queue_and_lease();
-        D::Db::fetch_wait_ms(&self.target.pool, &self.shared_sql.next_due, &params)
-            .await
-            .map_err(|e| self.err("claim", e))
+        self.bounded("claim", None, async {
+            D::Db::fetch_wait_ms(&self.target.pool, &self.shared_sql.next_due, &params)
+                .await
+                .map_err(|e| self.err("claim", e))
+        })
+        .await
     }
 
     /// Sleeps until the next delayed message is due, capped by the notify timeout while push
@@ -102,6 +133,11 @@ impl<D: SqlDialect> TableQueue<D> {
     }
 }
 
+/// How long a statement may take past the connect timeout (which bounds getting a
+/// connection) before it is given up: a silent server (a network blackhole, a half-open
+/// socket) must not hold a send, a claim, a release or `close()` for ever.
+const STATEMENT_BOUND: Duration = Duration::from_secs(10);
+
 /// Shortest idle wait: due rows that SKIP LOCKED skipped are re-tried this soon.
 const MIN_IDLE_WAIT: Duration = Duration::from_millis(10);
 
@@ -111,14 +147,14 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
     }
 
     fn setup(&self) -> BoxFuture<'_, Result<()>> {
-        Box::pin(async move {
+        Box::pin(self.bounded("setup", None, async move {
             self.ready("setup").await?;
             with_transient_retry(D::classify, || {
                 D::Db::execute_text(&self.target.pool, self.shared_sql.setup.clone())
             })
             .await
             .map_err(|e| self.err("setup", e))
-        })
+        }))
     }
 
     fn check_message(&self, message: &NewMessage) -> Result<()> {
@@ -126,19 +162,19 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
     }
 
     fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>> {
-        Box::pin(async move {
+        Box::pin(self.bounded("send", Some("the messages"), async move {
             self.ready("send").await?;
             D::insert(self, messages).await
-        })
+        }))
     }
 
     fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
-        Box::pin(async move {
+        Box::pin(self.bounded("claim", None, async move {
             self.ready("claim").await?;
             with_transient_retry(D::classify, || D::claim(self, limit))
                 .await
                 .map_err(|e| self.err("claim", e))
-        })
+        }))
     }
 
     fn idle<'a>(
@@ -156,9 +192,12 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
                 return Ok(());
             }
             let sql = format!("{}{}", self.shared_sql.keep_head, id_list(&ids));
-            D::Db::execute_text(&self.target.pool, sql)
-                .await
-                .map_err(|e| self.err("claim", e))
+            self.bounded("claim", None, async {
+                D::Db::execute_text(&self.target.pool, sql)
+                    .await
+                    .map_err(|e| self.err("claim", e))
+            })
+            .await
         })
     }
 
@@ -172,9 +211,12 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             if ids.is_empty() {
                 return Ok(());
             }
-            with_transient_retry(D::classify, || D::delete(self, &ids))
-                .await
-                .map_err(|e| self.err("ack", e))
+            self.bounded("ack", None, async {
+                with_transient_retry(D::classify, || D::delete(self, &ids))
+                    .await
+                    .map_err(|e| self.err("ack", e))
+            })
+            .await
         })
     }
 
@@ -183,9 +225,12 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             let Some(id) = row_id(&id) else {
                 return Ok(None);
             };
-            with_transient_retry(D::classify, || D::redeliver(self, id, &copy))
-                .await
-                .map_err(|e| self.err("reject", e))
+            self.bounded("reject", None, async {
+                with_transient_retry(D::classify, || D::redeliver(self, id, &copy))
+                    .await
+                    .map_err(|e| self.err("reject", e))
+            })
+            .await
         })
     }
 
@@ -197,19 +242,25 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             }
             // Idempotent (it only clears a claim), so a stale pooled connection is retried:
             // otherwise released rows would stay hidden for the whole lease.
-            with_transient_retry(D::classify, || D::release(self, &ids))
-                .await
-                .map_err(|e| self.err("release", e))
+            self.bounded("release", None, async {
+                with_transient_retry(D::classify, || D::release(self, &ids))
+                    .await
+                    .map_err(|e| self.err("release", e))
+            })
+            .await
         })
     }
 
     fn list(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
         Box::pin(async move {
-            self.ready("list").await?;
             let params = [Param::Text(&self.config.queue), Param::Int(limit.into())];
-            D::Db::fetch_messages(&self.target.pool, &self.shared_sql.list, &params)
-                .await
-                .map_err(|e| self.err("list", e))
+            self.bounded("list", None, async {
+                self.ready("list").await?;
+                D::Db::fetch_messages(&self.target.pool, &self.shared_sql.list, &params)
+                    .await
+                    .map_err(|e| self.err("list", e))
+            })
+            .await
         })
     }
 
@@ -218,20 +269,26 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             let Some(id) = row_id(&id) else {
                 return Ok(None);
             };
-            self.ready("find").await?;
-            D::Db::fetch_message(&self.target.pool, &self.shared_sql.find, &[Param::Int(id)])
-                .await
-                .map_err(|e| self.err("find", e))
+            self.bounded("find", None, async {
+                self.ready("find").await?;
+                D::Db::fetch_message(&self.target.pool, &self.shared_sql.find, &[Param::Int(id)])
+                    .await
+                    .map_err(|e| self.err("find", e))
+            })
+            .await
         })
     }
 
     fn count(&self) -> BoxFuture<'_, Result<i64>> {
         Box::pin(async move {
-            self.ready("count").await?;
             let params = self.queue_and_lease();
-            D::Db::fetch_count(&self.target.pool, &self.shared_sql.count, &params)
-                .await
-                .map_err(|e| self.err("count", e))
+            self.bounded("count", None, async {
+                self.ready("count").await?;
+                D::Db::fetch_count(&self.target.pool, &self.shared_sql.count, &params)
+                    .await
+                    .map_err(|e| self.err("count", e))
+            })
+            .await
         })
     }
 

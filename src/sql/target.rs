@@ -3,15 +3,21 @@
 //! user's errors.
 
 use super::dialect::{DialectConnectOptions, OpenedTarget, SqlDialect};
+use super::driver::SqlResult;
+use super::errors::Failure;
 use super::errors::{driver_error, no_answer};
 use crate::dsn::SqlDsn;
 use crate::error::{Error, Result};
 use crate::targets::FirstContact;
 use crate::wake::WakeBoard;
-use sqlx::pool::PoolOptions;
+use sqlx::pool::{PoolConnection, PoolOptions};
 use sqlx::{ConnectOptions, Connection, Database, Pool};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// After a connection failure, pooled connections are suspect for this long: each write
+/// first checks its connection with a ping (they may all have died with the server).
+const SUSPECT_WINDOW: Duration = Duration::from_secs(30);
 
 /// Connections per pool (per process and DSN) of a server dialect.
 pub const MAX_POOL_CONNECTIONS: u32 = 10;
@@ -24,6 +30,8 @@ pub struct SqlTarget<D: SqlDialect> {
     pub secrets: Vec<String>,
     pub board: Arc<WakeBoard>,
     first_contact: FirstContact,
+    /// When a statement last failed on a connection (pooled ones may be dead since).
+    connection_failed_at: Mutex<Option<Instant>>,
     pub extra: D::Extra,
 }
 
@@ -44,6 +52,7 @@ impl<D: SqlDialect> SqlTarget<D> {
                 secrets: dsn.secrets.clone(),
                 board,
                 first_contact: FirstContact::default(),
+                connection_failed_at: Mutex::new(None),
                 extra,
             })
         })
@@ -93,8 +102,70 @@ impl<D: SqlDialect> SqlTarget<D> {
             .await
     }
 
+    /// A pooled connection for a statement that must not run twice (a send): checked with a
+    /// ping first while pooled connections are suspect, so that a connection the server
+    /// dropped is found out before the statement is sent, not after.
+    pub async fn acquire_for_write(&self) -> SqlResult<PoolConnection<D::Db>> {
+        let suspect = self
+            .connection_failed_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|at| at.elapsed() < SUSPECT_WINDOW);
+        let mut tries = 0;
+        loop {
+            let mut conn = self.pool.acquire().await?;
+            if !suspect {
+                return Ok(conn);
+            }
+            match tokio::time::timeout(self.connect_timeout, conn.ping()).await {
+                Ok(Ok(())) => return Ok(conn),
+                Ok(Err(_)) if tries < MAX_POOL_CONNECTIONS => conn.close_on_drop(),
+                Ok(Err(err)) => return Err(err),
+                Err(_) => {
+                    conn.close_on_drop();
+                    return Err(sqlx::Error::PoolTimedOut);
+                }
+            }
+            tries += 1;
+        }
+    }
+
+    /// Notes a failure: after a connection failure, pooled connections are suspect.
+    pub fn note(&self, err: &sqlx::Error) {
+        if D::classify(err) == Failure::Connection {
+            *self
+                .connection_failed_at
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        }
+    }
+
+    /// A write's driver error as the user's error: when the connection failed after the
+    /// statement may have reached the server, the error says the write may have been applied
+    /// (it is not repeated blindly).
+    pub fn write_error(&self, op: &str, what: &str, err: &sqlx::Error) -> Error {
+        let mut error = self.error(op, err);
+        // An error response means the server refused the statement (it did not run); only a
+        // connection lost without an answer leaves the outcome unknown.
+        let answered_or_unsent = matches!(
+            err,
+            sqlx::Error::Database(_)
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::Configuration(_)
+        );
+        if D::classify(err) == Failure::Connection && !answered_or_unsent {
+            error.message = format!(
+                "{} (the connection was lost with the outcome unknown: {what} may have been stored; it was not sent again)",
+                error.message
+            );
+        }
+        error
+    }
+
     /// A driver error as the user's error, classified by the dialect, secrets scrubbed.
     pub fn error(&self, op: &str, err: &sqlx::Error) -> Error {
+        self.note(err);
         let detail = match err {
             sqlx::Error::PoolTimedOut => format!(
                 "no connection could be obtained within {} ms (server unreachable or pool exhausted)",

@@ -6,8 +6,9 @@
 -- KEYS[1] stream, KEYS[2] delayed zset; ARGV: group, id, body, headers, delay ms, member
 -- (the delayed form of the copy), nonce, consumer. Returns the copy's id (entry id or nonce),
 -- or false.
-local pending = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
-if #pending == 0 or pending[1][2] ~= ARGV[8] then
+-- (A stream or group that is gone answers XPENDING with an error: nothing to settle then.)
+local pending = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+if type(pending) ~= 'table' or pending.err or #pending == 0 or pending[1][2] ~= ARGV[8] then
   return false
 end
 local copy

@@ -53,16 +53,15 @@ pub async fn insert_once(
     let ids_of =
         |first: u64, rows: usize| (0..rows as u64).map(move |i| (first + i * step).to_string());
     let mut ids = Vec::with_capacity(messages.len());
+    let mut conn = queue.target.acquire_for_write().await?;
     if let [range] = ranges {
         let chunk = &messages[range.clone()];
         let sql = queue.sql.insert(chunk.len());
-        let done = bind_rows(queue, &sql, chunk)
-            .execute(&queue.target.pool)
-            .await?;
+        let done = bind_rows(queue, &sql, chunk).execute(&mut *conn).await?;
         ids.extend(ids_of(done.last_insert_id(), chunk.len()));
         return Ok(ids);
     }
-    let mut tx = queue.target.pool.begin().await?;
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
     for range in ranges {
         let chunk = &messages[range.clone()];
         let sql = queue.sql.insert(chunk.len());

@@ -17,7 +17,7 @@ use crate::sql::dialect::{
 use crate::sql::driver::{Driver, SqlResult};
 use crate::sql::errors::Failure;
 use crate::sql::ids::id_list;
-use crate::sql::retry::with_transient_retry;
+use crate::sql::retry::with_rollback_retry;
 use crate::sql::table_queue::TableQueue;
 use crate::sql::target::{invalid_dsn, server_pool_options, SqlTarget};
 use crate::targets::Targets;
@@ -153,11 +153,11 @@ impl SqlDialect for MySql {
     ) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
             let ranges = insert::packets(queue, &messages)?;
-            with_transient_retry(Self::classify, || {
+            with_rollback_retry(Self::classify, || {
                 insert::insert_once(queue, &messages, &ranges)
             })
             .await
-            .map_err(|e| queue.err("send", e))
+            .map_err(|e| queue.target.write_error("send", "the messages", &e))
         })
     }
 

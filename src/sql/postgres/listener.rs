@@ -14,6 +14,12 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// A quiet listening connection is checked this often: a connection dropped without a reset
+/// (a NAT entry expired, a host gone) would otherwise be waited on for ever, and idle
+/// consumers would wait the whole notify timeout instead of falling back to polling.
+const LIVENESS_PERIOD: Duration = Duration::from_secs(10);
+/// How long the check may take before the connection is taken for dead.
+const LIVENESS_BOUND: Duration = Duration::from_secs(5);
 
 pub struct PgNotifyListener {
     pool: PgPool,
@@ -95,6 +101,13 @@ impl PgNotifyListener {
                     // mid-read is safe because the connection is discarded with it).
                     _ = self.wanted_changed.notified() => {
                         if lock(&self.wanted).len() != lock(&self.live).len() { break; }
+                    }
+                    _ = tokio::time::sleep(LIVENESS_PERIOD) => {
+                        let check = sqlx::query("SELECT 1").execute(&mut listener);
+                        if !matches!(tokio::time::timeout(LIVENESS_BOUND, check).await, Ok(Ok(_))) {
+                            self.set_down();
+                            break;
+                        }
                     }
                     received = listener.try_recv() => match received {
                         Ok(Some(notification)) => {

@@ -12,7 +12,7 @@ use crate::error::Result;
 use crate::sql::dialect::{DialectFacts, OpenedTarget, SqlDialect, TableStatements};
 use crate::sql::driver::{Driver, SqlResult};
 use crate::sql::errors::Failure;
-use crate::sql::retry::with_transient_retry;
+use crate::sql::retry::with_rollback_retry;
 use crate::sql::table_queue::TableQueue;
 use crate::sql::target::{invalid_dsn, server_pool_options, SqlTarget};
 use crate::targets::Targets;
@@ -114,17 +114,19 @@ impl SqlDialect for Postgres {
                 headers.push(m.headers);
                 delays.push(m.delay_ms);
             }
-            let rows = with_transient_retry(Self::classify, || {
+            let rows = with_rollback_retry(Self::classify, || async {
+                let mut conn = queue.target.acquire_for_write().await?;
                 sqlx::query(&queue.sql.insert)
                     .bind(&queue.config.queue)
                     .bind(&bodies)
                     .bind(&headers)
                     .bind(&delays)
                     .bind(&queue.config.table)
-                    .fetch_all(&queue.target.pool)
+                    .fetch_all(&mut *conn)
+                    .await
             })
             .await
-            .map_err(|e| queue.err("send", e))?;
+            .map_err(|e| queue.target.write_error("send", "the messages", &e))?;
             let mut ids = Vec::with_capacity(rows.len());
             for row in &rows {
                 ids.push(
