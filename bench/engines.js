@@ -67,16 +67,12 @@ const postgres = {
       /** The queue's rows in id order: id (decimal text), queue_name, body, headers, delivered_at. */
       rows: (table, queueName) =>
         query(
-          `SELECT id::text AS id, queue_name, body, headers, delivered_at FROM ${table} WHERE queue_name = $1 ORDER BY id`,
+          `SELECT id::text AS id, queue_name, body, headers, delivered_at FROM ${table} WHERE queue_name = $1 ORDER BY ${table}.id`,
           [queueName],
         ),
-      rowById: async (table, id) =>
-        (
-          await query(
-            `SELECT id::text AS id, queue_name, body, headers, delivered_at FROM ${table} WHERE id = $1::bigint`,
-            [id],
-          )
-        )[0],
+      /** The row with this id, as a list of none or one. */
+      rowsById: (table, id) =>
+        query(`SELECT id::text AS id, queue_name, body, headers, delivered_at FROM ${table} WHERE id = $1::bigint`, [id]),
       /** A due row in upstream's form, written behind the transports' backs (as another writer would). */
       insertRaw: async (table, queueName, body, headers) => {
         await query(`INSERT INTO ${table} (queue_name, body, headers, available_at) VALUES ($1, $2, $3, now())`, [
@@ -141,13 +137,8 @@ const mysql = {
           `SELECT CAST(id AS CHAR) AS id, queue_name, body, headers, delivered_at FROM ${table} WHERE queue_name = ? ORDER BY ${table}.id`,
           [queueName],
         ),
-      rowById: async (table, id) =>
-        (
-          await query(
-            `SELECT CAST(id AS CHAR) AS id, queue_name, body, headers, delivered_at FROM ${table} WHERE id = ?`,
-            [id],
-          )
-        )[0],
+      rowsById: (table, id) =>
+        query(`SELECT CAST(id AS CHAR) AS id, queue_name, body, headers, delivered_at FROM ${table} WHERE id = ?`, [id]),
       insertRaw: async (table, queueName, body, headers) => {
         await query(
           `INSERT INTO ${table} (queue_name, body, headers, created_at, available_at) VALUES (?, ?, ?, NOW(3), NOW(3))`,
@@ -256,12 +247,8 @@ const sqlite = {
           `SELECT CAST(id AS TEXT) AS id, queue_name, body, headers, delivered_at FROM ${table}
             WHERE queue_name = ${lit(queueName)} ORDER BY ${table}.id;`,
         ),
-      rowById: async (table, id) =>
-        (
-          await query(
-            `SELECT CAST(id AS TEXT) AS id, queue_name, body, headers, delivered_at FROM ${table} WHERE id = ${Number(id)};`,
-          )
-        )[0],
+      rowsById: (table, id) =>
+        query(`SELECT CAST(id AS TEXT) AS id, queue_name, body, headers, delivered_at FROM ${table} WHERE id = ${Number(id)};`),
       insertRaw: async (table, queueName, body, headers) => {
         await query(
           `INSERT INTO ${table} (queue_name, body, headers, created_at, available_at)
