@@ -37,7 +37,7 @@ let cluster;
 let admin;
 
 beforeAll(async () => {
-  cluster = await startCluster({ masters: 3, firstPort: 7101 });
+  cluster = await startCluster({ masters: 3 });
   admin = cluster.admin();
   await admin.ping();
 }, 90000);
