@@ -4,29 +4,25 @@
 // SqlTransport cases (shared/sql-transport.suite.js) on a file of its own, plus what only an
 // embedded file engine has: construction that creates no file, WAL mode, DSN forms (relative,
 // absolute, :memory:), a busy file locked by another process, file descriptors released by
-// close(), and path errors. Raw rows are written and inspected with the sqlite3 CLI; the tests
+// close(). Raw rows are written and inspected with the sqlite3 CLI; the tests
 // that need it fail with an install hint when it is absent. Multi-process consumers are in
-// sqlite.processes.test.js; process exit after close() in sqlite.errors.test.js.
+// sqlite.processes.test.js; path errors and process exit after close() in sqlite.errors.test.js.
 
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { spawnSync } = require('node:child_process');
-const { TransportConnectionError, TransportError, TransportNotFoundError } = require('@schally/nestjs-messenger');
+const { TransportError, TransportNotFoundError } = require('@schally/nestjs-messenger');
 const { SqlTransport } = require('../..');
 const { sqlite, uniqueName } = require('../support/engines');
 const {
   TestMessage,
   envelopeOf,
-  transportOperations,
   idOf,
   receiveUpTo,
   receiveOne,
   pollUntil,
   settleWithin,
-  throwsSync,
-  failure,
-  collect,
 } = require('../support/transport-helpers');
 const { sqlTransportSuite } = require('../shared/sql-transport.suite');
 
@@ -264,167 +260,4 @@ describe('connections after close()', () => {
     expect([n, openDescriptors(file)]).toEqual([n, 0]);
     expect(released).toBe(true);
   });
-});
-
-describe('errors', () => {
-  const OPERATIONS = transportOperations();
-
-  describe.each([
-    ['in a directory that does not exist', () => 'sqlite:///proc/nope/x.db'],
-    ['where nothing may be created', () => 'sqlite:///proc/x.db'],
-    ['below a regular file', () => `${DSN}/x.db`],
-    ['that is a directory', () => `sqlite://${path.dirname(DSN.slice('sqlite://'.length))}`],
-  ])('a path %s', (_, dsn) => {
-    it.each(OPERATIONS)('%s fails fast with TransportConnectionError', async (op, operation) => {
-      const t = transport({ dsn: dsn() });
-      const { error, elapsedMs } = await failure(() => operation(t));
-      expect(error).toBeInstanceOf(TransportConnectionError);
-      expect(error.message).toMatch(/^SQLite transport failed during "\w+": /);
-      expect(elapsedMs).toBeLessThan(3000);
-      expect(await settleWithin(t.close(), 3000)).toEqual({ value: undefined });
-    });
-  });
-
-  it('fails with TransportConnectionError for a file that is not a database', async () => {
-    const dir = temporaryDirectory('nmn-notdb');
-    const file = path.join(dir, 'garbage.db');
-    fs.writeFileSync(file, 'this is not an SQLite database, just text. '.repeat(200));
-    for (const [, operation] of OPERATIONS) {
-      const t = transport({ dsn: `sqlite://${file}` });
-      const { error } = await failure(() => operation(t));
-      expect(error).toBeInstanceOf(TransportConnectionError);
-      expect(error.message).toMatch(/not a database/);
-    }
-    expect(fs.readFileSync(file, 'utf8').startsWith('this is not an SQLite database')).toBe(true);
-  });
-
-  it.each([
-    ['no path (sqlite://)', 'sqlite://'],
-    ['no path (sqlite:)', 'sqlite:'],
-    ['a query string', 'sqlite://x.db?mode=ro'],
-    ['a query string on an absolute path', 'sqlite:///tmp/x.db?cache=shared'],
-    ['a fragment', 'sqlite:x.db#frag'],
-  ])('rejects a DSN with %s as TransportConnectionError at construction', (_, dsn) => {
-    const error = throwsSync(() => new SqlTransport({ dsn }));
-    expect(error).toBeInstanceOf(TransportConnectionError);
-    expect(error.message).toMatch(/SQLite DSN/);
-  });
-});
-
-describe('process exit after close()', () => {
-  const PRELUDE = `
-    const { SqlTransport } = require(${JSON.stringify(ROOT)});
-    const { Envelope, JsonSerializer } = require(${JSON.stringify(CORE)});
-    class M { constructor(id) { this.id = id; } }
-    const transportOptions = (extra = {}) => ({
-      dsn: process.env.DSN,
-      tableName: process.env.TABLE,
-      queueName: process.env.QUEUE,
-      serializer: new JsonSerializer([M]),
-      ...extra,
-    });
-  `;
-
-  const ROUND_TRIP = `
-    async function roundTrip(report) {
-      const t = new SqlTransport(transportOptions());
-      await t.send(new Envelope(new M('child')));
-      for await (const envelope of t.get(new AbortController().signal)) {
-        await t.ack(envelope);
-        report('acked ' + envelope.message.id);
-        break;
-      }
-      await t.close();
-      report('closed');
-    }
-  `;
-
-  /** Runs a script in a fresh node process; it must exit by itself (no process.exit). */
-  function runChild(script, extraEnv = {}) {
-    const queueName = uniqueName('q');
-    const startedAt = Date.now();
-    const result = spawnSync(process.execPath, ['-e', `${PRELUDE}\n${script}`], {
-      cwd: ROOT,
-      encoding: 'utf8',
-      timeout: 10000,
-      killSignal: 'SIGKILL',
-      env: { ...process.env, DSN, TABLE, QUEUE: queueName, ...extraEnv },
-    });
-    return { ...result, elapsedMs: Date.now() - startedAt, queueName };
-  }
-
-  async function rowsLeft(queueName) {
-    const t = transport({ queueName });
-    return (await collect(t.list())).length;
-  }
-
-  it.each([
-    ['a file', () => DSN],
-    ['sqlite://:memory:', () => 'sqlite://:memory:'],
-  ])('exits by itself after send, consume, ack and close (%s)', async (_, dsn) => {
-    const result = runChild(
-      `
-      ${ROUND_TRIP}
-      roundTrip(console.log).catch((error) => { console.error('FAILED', error); process.exitCode = 2; });
-    `,
-      { DSN: dsn() },
-    );
-    expect(result.signal).toBeNull();
-    expect(result.stderr).toBe('');
-    expect(result.status).toBe(0);
-    expect(result.stdout.split('\n')).toEqual(['acked child', 'closed', '']);
-    expect(result.elapsedMs).toBeLessThan(5000);
-    expect(await rowsLeft(result.queueName)).toBe(0);
-  }, 15000);
-
-  it('exits by itself after close() released a consumer blocked on an idle wait', async () => {
-    const result = runChild(`
-      (async () => {
-        const t = new SqlTransport(transportOptions({ pollIntervalMs: 60000 }));
-        const consumer = (async () => {
-          for await (const envelope of t.get(new AbortController().signal)) console.log('UNEXPECTED ' + envelope);
-          console.log('consumer ended');
-        })();
-        await t.getMessageCount();
-        await new Promise((resolve) => setTimeout(resolve, 300));
-        console.log('idle');
-        await t.close();
-        await consumer;
-        console.log('closed');
-      })().catch((error) => { console.error('FAILED', error); process.exitCode = 2; });
-    `);
-    expect(result.signal).toBeNull();
-    expect(result.stderr).toBe('');
-    expect(result.status).toBe(0);
-    expect(result.stdout.split('\n')).toEqual(['idle', 'consumer ended', 'closed', '']);
-    expect(result.elapsedMs).toBeLessThan(5000);
-  }, 15000);
-
-  it('exits by itself when the transport runs in a worker thread', async () => {
-    const workerScript = `
-      ${PRELUDE}
-      ${ROUND_TRIP}
-      const { parentPort } = require('node:worker_threads');
-      roundTrip((line) => parentPort.postMessage(line)).catch((error) => {
-        parentPort.postMessage('FAILED ' + error.stack);
-        process.exitCode = 2;
-      });
-    `;
-    const result = runChild(`
-      const { Worker } = require('node:worker_threads');
-      const worker = new Worker(${JSON.stringify(workerScript)}, { eval: true });
-      worker.on('message', (line) => console.log('worker: ' + line));
-      worker.on('error', (error) => { console.error('worker error', error); process.exitCode = 3; });
-      worker.on('exit', (code) => {
-        console.log('worker exit ' + code);
-        if (code !== 0) process.exitCode = 4;
-      });
-    `);
-    expect(result.signal).toBeNull();
-    expect(result.stderr).toBe('');
-    expect(result.status).toBe(0);
-    expect(result.stdout.split('\n')).toEqual(['worker: acked child', 'worker: closed', 'worker exit 0', '']);
-    expect(result.elapsedMs).toBeLessThan(5000);
-    expect(await rowsLeft(result.queueName)).toBe(0);
-  }, 15000);
 });

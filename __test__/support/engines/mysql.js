@@ -4,8 +4,9 @@
 // row access in its own SQL (stored formats, the upstream schema, tied rows, a DELETE held
 // behind a table lock) and the words, DSN forms and option values its cases use.
 
-const { mysql: engine, requireServer } = require('../../../bench/engines');
-const { pollUntil } = require('../transport-helpers');
+const crypto = require('node:crypto');
+const { mysql: engine, requireServer, uniqueName } = require('../../../bench/engines');
+const { pollUntil, transportOperations } = require('../transport-helpers');
 const { dsnWith } = require('./dsn');
 
 /** The same server under the other scheme: the transport maps it onto the same driver URL. */
@@ -124,6 +125,10 @@ function testAdmin(dsn = engine.dsn) {
 
 const mysql = {
   ...engine,
+  get Transport() {
+    return require('../../..').SqlTransport;
+  },
+  target: () => ({ queueName: uniqueName('q') }),
   errorLabel: 'MySQL',
   requireServer: () => requireServer(engine),
   rawAccess: () => true,
@@ -158,6 +163,47 @@ const mysql = {
   titles: {
     tableNameBounds: 'creates and uses a table with the longest valid name (48 characters; its index name is 58)',
   },
+
+  operations: () => transportOperations(),
+  silentServerOperation: 'getMessageCount',
+  rawPasswordDsn: (user, rawPassword, port) => `mysql://${user}:${rawPassword}@127.0.0.1:${port}/test`,
+  malformedDsns: (secret) => [`mysql://root:${secret}@[bad/test`, `mariadb://root:${secret}@host:99999999/test`],
+  unknownDatabase: /unknown database/i,
+  auth: {
+    title: 'password authentication',
+    failsWithinMs: 6000,
+    refusal: /access denied/i,
+    /**
+     * A user of its own (unique per run, so parallel files and earlier runs cannot interfere)
+     * whose password is `password`, allowed on the test database from every loopback host form.
+     */
+    async start(password) {
+      const server = new URL(engine.dsn);
+      const hostPort = `${server.hostname}:${server.port || engine.defaultPort}`;
+      const database = server.pathname.replace(/^\//, '') || 'test';
+      const user = `nmn_pw_${crypto.randomBytes(4).toString('hex')}`;
+      const hosts = ['%', 'localhost', '127.0.0.1'];
+      const admin = engine.admin();
+      for (const host of hosts) {
+        await admin.query(`DROP USER IF EXISTS '${user}'@'${host}'`);
+        await admin.query(`CREATE USER '${user}'@'${host}' IDENTIFIED BY '${password}'`);
+        await admin.query(`GRANT ALL ON \`${database}\`.* TO '${user}'@'${host}'`);
+      }
+      return {
+        user,
+        dsn: (pw, db = database) => `mysql://${user}:${encodeURIComponent(pw)}@${hostPort}/${db}`,
+        rawDsn: (raw) => `mysql://${user}:${raw}@${hostPort}/${database}`,
+        async stop() {
+          for (const host of hosts) await admin.query(`DROP USER IF EXISTS '${user}'@'${host}'`);
+        },
+      };
+    },
+  },
+  tagDsn: (dsn) => dsn,
+  childDsns: (dsn) => [
+    [' (mysql://)', dsn],
+    [' (mariadb://)', mariadb(dsn)],
+  ],
 };
 
 module.exports = { mysql };

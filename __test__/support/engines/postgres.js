@@ -4,7 +4,9 @@
 // row access in its own SQL (stored formats, the upstream schema, tied rows) and the words,
 // DSN forms and option values its cases use.
 
-const { postgres: engine, requireServer } = require('../../../bench/engines');
+const { postgres: engine, requireServer, uniqueName } = require('../../../bench/engines');
+const { startPasswordCluster } = require('../pg-cluster');
+const { transportOperations } = require('../transport-helpers');
 const { dsnWith } = require('./dsn');
 
 /** Test-side raw access on `dsn`: the registry's admin connection plus inspection in PostgreSQL's SQL. */
@@ -87,6 +89,12 @@ function testAdmin(dsn = engine.dsn) {
 
 const postgres = {
   ...engine,
+  /** The transport class of the engine. */
+  get Transport() {
+    return require('../../..').SqlTransport;
+  },
+  /** Options naming a queue of its own. */
+  target: () => ({ queueName: uniqueName('q') }),
   /** How the transport names the engine in its error messages. */
   errorLabel: 'PostgreSQL',
   requireServer: () => requireServer(engine),
@@ -116,6 +124,48 @@ const postgres = {
   ],
   /** The DSN spellings of one database (only asked of engines without push wake-up). */
   dsnForms: () => [],
+  /** Every operation that reaches the server, by name. */
+  operations: () => transportOperations(),
+  /** What a server that never answers is asked for the default connect timeout. */
+  silentServerOperation: 'getMessageCount',
+  /** A DSN with a user and a password taken as written (percent-encoded or not). */
+  rawPasswordDsn: (user, rawPassword, port) => `postgres://${user}:${rawPassword}@127.0.0.1:${port}/test`,
+  malformedDsns: (secret) => [`postgres://postgres:${secret}@[bad/test`, `postgres://postgres:${secret}@host:99999999/test`],
+  /** What the error says for a database that does not exist. */
+  unknownDatabase: /does not exist/i,
+  auth: {
+    title: 'password authentication (throwaway SCRAM cluster)',
+    failsWithinMs: 6000,
+    refusal: /authentication/i,
+    /** A throwaway cluster whose superuser must authenticate with `password` (SCRAM). */
+    async start(password) {
+      const cluster = await startPasswordCluster({ password });
+      return {
+        dsn: cluster.dsn,
+        rawDsn: (raw) => `postgres://postgres:${raw}@127.0.0.1:${cluster.port}/postgres`,
+        stop: () => cluster.stop(),
+      };
+    },
+  },
+  /** `dsn` told apart in pg_stat_activity by its application_name. */
+  tagDsn: (dsn, app) => dsnWith(dsn, { params: { application_name: app } }),
+  /** The DSN spellings a child process round-trips on (title suffix, DSN; undefined: the file's). */
+  childDsns: () => [['', undefined]],
+  /** Child-script lines that return once its consumer is idle: its LISTEN is up (found by application_name). */
+  childWaitUntilIdle: `
+    const { Client } = require('pg');
+    const probe = new Client({ connectionString: ${JSON.stringify(engine.dsn)} });
+    await probe.connect();
+    for (let i = 0; i < 200; i += 1) {
+      const { rows } = await probe.query(
+        "SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%'",
+        [process.env.APP],
+      );
+      if (rows.length > 0) { console.log('idle'); break; }
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
+    await probe.end();
+  `,
   /** Case names this engine's file has always used where the others say it differently. */
   titles: {
     tableNameBounds: 'accepts the longest and the shortest valid table names',

@@ -7,8 +7,8 @@
 
 const fs = require('node:fs');
 const path = require('node:path');
-const { sqlite: engine } = require('../../../bench/engines');
-const { settleWithin } = require('../transport-helpers');
+const { sqlite: engine, uniqueName } = require('../../../bench/engines');
+const { settleWithin, transportOperations } = require('../transport-helpers');
 
 const { lit, NOW } = engine;
 
@@ -101,6 +101,11 @@ function testAdmin(dsn) {
 
 const sqlite = {
   ...engine,
+  get Transport() {
+    return require('../../..').SqlTransport;
+  },
+  target: () => ({ queueName: uniqueName('q') }),
+  operations: () => transportOperations(),
   errorLabel: 'SQLite',
   requireServer: async () => {},
   rawAccess: () => engine.hasCli(),
@@ -129,6 +134,12 @@ const sqlite = {
   titles: {
     idsNeverReused: 'never reuses an id while the table exists (AUTOINCREMENT)',
   },
+
+  tagDsn: (dsn) => dsn,
+  childDsns: (dsn) => [
+    [' (a file)', dsn],
+    [' (sqlite://:memory:)', 'sqlite://:memory:'],
+  ],
 };
 
 module.exports = { sqlite };
