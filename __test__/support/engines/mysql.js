@@ -7,6 +7,7 @@
 const crypto = require('node:crypto');
 const { mysql: engine, requireServer, uniqueName } = require('../../../bench/engines');
 const { pollUntil, transportOperations } = require('../transport-helpers');
+const { sleep } = require('../fleet');
 const { dsnWith } = require('./dsn');
 
 /** The same server under the other scheme: the transport maps it onto the same driver URL. */
@@ -123,6 +124,56 @@ function testAdmin(dsn = engine.dsn) {
   };
 }
 
+/** What a mixed fleet (upstream and native on one table) asks of MariaDB. */
+const fleet = {
+  label: ' (MariaDB)',
+  queueWord: 'MariaDB queue',
+  /** Upstream's MySQL dialect polls; 20 ms keeps its idle latency small. */
+  upstreamOptions: { pollIntervalMs: 20 },
+  /** Starts a consumer (`start()`) and resolves it once it has had time to poll and go idle. */
+  async whenIdle(kind, start) {
+    const consumer = start();
+    await sleep(150);
+    return consumer;
+  },
+  /** available_at - created_at of each row of the queue, in ms (both set from one NOW(3)). */
+  async storedDelays(db, queueName) {
+    const rows = await db.query(
+      `SELECT CAST(id AS CHAR) AS id, TIMESTAMPDIFF(MICROSECOND, created_at, available_at) AS delay_us
+         FROM messenger_messages WHERE queue_name = ? ORDER BY messenger_messages.id`,
+      [queueName],
+    );
+    return rows.map((row) => ({ id: row.id, delayMs: Number(row.delay_us) / 1000 }));
+  },
+  rejectedDelayCases: [
+    { title: 'upstream sends, native rejects, upstream gets the copy', sender: 'up', rejecter: 'ours', other: 'up' },
+    { title: 'native sends, upstream rejects, native gets the copy', sender: 'ours', rejecter: 'up', other: 'ours' },
+  ].map((d) => ({ ...d, title: `a rejected delayed message re-applies its delay on the copy: ${d.title}` })),
+  ddlTitle: 'setup() by native creates exactly the table upstream setup() creates (SHOW CREATE TABLE)',
+  /** SHOW CREATE TABLE of `table`, its name replaced by <table>. */
+  async tableShape(db, table) {
+    const [row] = await db.query(`SHOW CREATE TABLE ${table}`);
+    return row['Create Table'].split(table).join('<table>');
+  },
+  /** Asserts (jest) that a table's DDL is upstream's documented one. */
+  expectDocumentedShape(ddl) {
+    expect(ddl).toContain('`id` bigint(20) unsigned NOT NULL AUTO_INCREMENT');
+    expect(ddl).toContain('`created_at` datetime(3) NOT NULL,');
+    expect(ddl).toContain('`delivered_at` datetime(3) DEFAULT NULL');
+    expect(ddl).toContain('KEY `<table>_claim_idx` (`queue_name`,`available_at`,`delivered_at`,`id`)');
+    expect(ddl).toMatch(/ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci$/);
+  },
+  async storedRowsById(db, ids) {
+    const rows = await db.query(
+      `SELECT CAST(id AS CHAR) AS id, queue_name, body, HEX(body) AS body_hex, headers, delivered_at,
+              TIMESTAMPDIFF(MICROSECOND, created_at, available_at) AS delay_us
+         FROM messenger_messages WHERE id IN (?)`,
+      [ids],
+    );
+    return rows.map(({ body_hex: bodyHex, delay_us: delayUs, ...row }) => ({ ...row, bodyHex, delayMs: Number(delayUs) / 1000 }));
+  },
+};
+
 const mysql = {
   ...engine,
   get Transport() {
@@ -163,6 +214,7 @@ const mysql = {
   titles: {
     tableNameBounds: 'creates and uses a table with the longest valid name (48 characters; its index name is 58)',
   },
+  fleet,
 
   operations: () => transportOperations(),
   silentServerOperation: 'getMessageCount',

@@ -7,6 +7,7 @@
 const { postgres: engine, requireServer, uniqueName } = require('../../../bench/engines');
 const { startPasswordCluster } = require('../pg-cluster');
 const { transportOperations } = require('../transport-helpers');
+const { sleep, waitFor } = require('../fleet');
 const { dsnWith } = require('./dsn');
 
 /** Test-side raw access on `dsn`: the registry's admin connection plus inspection in PostgreSQL's SQL. */
@@ -87,6 +88,124 @@ function testAdmin(dsn = engine.dsn) {
   };
 }
 
+/** Backends LISTENing on messenger_messages, by who runs them. */
+async function listenerPids(kind) {
+  // upstream (pg): `LISTEN messenger_messages`; ours (sqlx PgListener): `LISTEN "messenger_messages";`
+  const pattern = kind === 'upstream' ? 'LISTEN messenger_messages' : 'LISTEN "messenger_messages"%';
+  const rows = await engine
+    .admin()
+    .query('SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE $1', [pattern]);
+  return new Set(rows.map((row) => row.pid));
+}
+
+/** What a mixed fleet (upstream and native on one table) asks of PostgreSQL. */
+const fleet = {
+  label: '',
+  queueWord: 'queue',
+  upstreamOptions: {},
+  /**
+   * Starts a consumer (`start()`) of `kind` and resolves it once it is idle: its LISTEN
+   * connection exists and it had time to run its empty claim and its "next due" peek.
+   */
+  async whenIdle(kind, start) {
+    const before = await listenerPids(kind);
+    const consumer = start();
+    await waitFor(
+      async () => [...(await listenerPids(kind))].some((pid) => !before.has(pid)),
+      5000,
+      `the ${kind} consumer's LISTEN connection`,
+    );
+    await sleep(300);
+    return consumer;
+  },
+  /** available_at - created_at of each row of the queue, in ms. */
+  async storedDelays(db, queueName) {
+    const rows = await db.query(
+      `SELECT id::text AS id, extract(epoch FROM (available_at - created_at)) * 1000 AS delay_ms
+         FROM messenger_messages WHERE queue_name = $1 ORDER BY messenger_messages.id`,
+      [queueName],
+    );
+    return rows.map((row) => ({ id: row.id, delayMs: Number(row.delay_ms) }));
+  },
+  rejectedDelayCases: [
+    {
+      title: 'a rejected delayed message keeps its delay on the copy, across implementations',
+      sender: 'up',
+      rejecter: 'ours',
+      other: 'up',
+    },
+  ],
+  ddlTitle: 'setup() by native creates exactly the table and index upstream setup() creates',
+  /** Columns, indexes and constraints of `table`, its name replaced by <table>. */
+  async tableShape(db, table) {
+    const columns = await db.query(
+      `SELECT column_name, ordinal_position, data_type, udt_name, character_maximum_length,
+              numeric_precision, datetime_precision, is_nullable, column_default,
+              is_identity, identity_generation, identity_start, identity_increment,
+              identity_maximum, identity_minimum, identity_cycle, is_generated, collation_name
+         FROM information_schema.columns
+        WHERE table_schema = current_schema() AND table_name = $1
+        ORDER BY ordinal_position`,
+      [table],
+    );
+    const placeholder = (text) => (text === null ? null : text.split(table).join('<table>'));
+    const indexes = (
+      await db.query(
+        `SELECT indexname, indexdef FROM pg_indexes
+          WHERE schemaname = current_schema() AND tablename = $1 ORDER BY indexname`,
+        [table],
+      )
+    ).map((row) => ({ indexname: placeholder(row.indexname), indexdef: placeholder(row.indexdef) }));
+    const constraints = (
+      await db.query(
+        `SELECT conname, contype, pg_get_constraintdef(oid) AS definition
+           FROM pg_constraint WHERE conrelid = $1::regclass ORDER BY conname`,
+        [table],
+      )
+    ).map((row) => ({ ...row, conname: placeholder(row.conname) }));
+    return { columns, indexes, constraints };
+  },
+  /** Asserts (jest) that a table shape is upstream's documented one. */
+  expectDocumentedShape(shape) {
+    expect(shape.columns.length).toBe(7);
+    expect(
+      shape.columns.map((c) => [
+        c.column_name,
+        c.data_type,
+        c.character_maximum_length,
+        c.datetime_precision === null ? null : Number(c.datetime_precision),
+        c.is_nullable,
+        c.column_default,
+        c.is_identity,
+        c.identity_generation,
+      ]),
+    ).toEqual([
+      ['id', 'bigint', null, null, 'NO', null, 'YES', 'ALWAYS'],
+      ['body', 'text', null, null, 'NO', null, 'NO', null],
+      ['headers', 'text', null, null, 'NO', null, 'NO', null],
+      ['queue_name', 'character varying', 190, null, 'NO', null, 'NO', null],
+      ['created_at', 'timestamp with time zone', null, 3, 'NO', 'now()', 'NO', null],
+      ['available_at', 'timestamp with time zone', null, 3, 'NO', null, 'NO', null],
+      ['delivered_at', 'timestamp with time zone', null, 3, 'YES', null, 'NO', null],
+    ]);
+    expect(shape.indexes.map((i) => i.indexname)).toEqual(['<table>_claim_idx', '<table>_pkey']);
+    expect(shape.indexes[0].indexdef).toMatch(
+      /^CREATE INDEX <table>_claim_idx ON \S*<table> USING btree \(queue_name, available_at, delivered_at, id\)$/,
+    );
+    expect(shape.constraints).toEqual([{ conname: '<table>_pkey', contype: 'p', definition: 'PRIMARY KEY (id)' }]);
+  },
+  /** The rows with these ids: the stored columns, the body's bytes as upper-case hex, the delay in ms. */
+  async storedRowsById(db, ids) {
+    const rows = await db.query(
+      `SELECT id::text AS id, queue_name, body, upper(encode(convert_to(body, 'UTF8'), 'hex')) AS body_hex, headers,
+              delivered_at, extract(epoch FROM (available_at - created_at)) * 1000 AS delay_ms
+         FROM messenger_messages WHERE id = ANY($1::bigint[])`,
+      [ids],
+    );
+    return rows.map(({ body_hex: bodyHex, delay_ms: delayMs, ...row }) => ({ ...row, bodyHex, delayMs: Number(delayMs) }));
+  },
+};
+
 const postgres = {
   ...engine,
   /** The transport class of the engine. */
@@ -166,6 +285,7 @@ const postgres = {
     }
     await probe.end();
   `,
+  fleet,
   /** Case names this engine's file has always used where the others say it differently. */
   titles: {
     tableNameBounds: 'accepts the longest and the shortest valid table names',
