@@ -16,11 +16,11 @@ const {
   TransportError,
   TransportMessageIdStamp,
 } = require('@schally/nestjs-messenger');
-const { runTransportConformanceTests, ConformanceMessage } = require('@schally/nestjs-messenger/testing');
 const { RedisStreamsTransport } = require('../..');
-const { uniqueStream } = require('../support/redis');
+const { redis: engine } = require('../support/engines');
 const { startCluster, nodeCommand } = require('../support/redis-cluster');
 const { settleWithin, sleep, pollUntil } = require('../support/transport-helpers');
+const { conformanceSuite } = require('../shared/conformance.suite');
 
 const STREAM_ID = /^\d+-\d+$/;
 
@@ -51,26 +51,11 @@ afterAll(async () => {
 // The core conformance suite, on the cluster (unique tagged streams land on all masters)
 // ---------------------------------------------------------------------------
 
-runTransportConformanceTests({
+conformanceSuite(engine, {
   name: 'RedisStreamsTransport (Redis Cluster)',
-  capabilities: { delayedDelivery: true, listable: true },
-  async createTransport() {
-    const stream = uniqueStream('cluster-conformance');
-    const transport = new RedisStreamsTransport({
-      dsn: cluster.dsn,
-      cluster: true,
-      stream,
-      name: 'conformance',
-      serializer: new JsonSerializer([ConformanceMessage]),
-    });
-    return {
-      transport,
-      cleanup: async () => {
-        await transport.close();
-        await admin.del(stream, `${stream}:delayed`);
-      },
-    };
-  },
+  dsn: () => cluster.dsn,
+  options: { cluster: true },
+  remove: ({ stream }) => admin.del(stream, `${stream}:delayed`),
 });
 
 // ---------------------------------------------------------------------------

@@ -12,7 +12,7 @@ const {
   TransportConnectionError,
 } = require('@schally/nestjs-messenger');
 const { RedisStreamsTransport } = require('../..');
-const { uniqueStream } = require('../support/redis');
+const { redis: engine } = require('../support/engines');
 const { startRedisServer, makeTlsFiles } = require('../support/redis-server');
 const {
   TestMessage,
@@ -33,7 +33,7 @@ let otherCaPem;
 const transports = [];
 
 function transport(options) {
-  const t = new RedisStreamsTransport({ stream: uniqueStream('tls'), serializer: serializer(), ...options });
+  const t = new RedisStreamsTransport({ stream: engine.uniqueStream('tls'), serializer: serializer(), ...options });
   transports.push(t);
   return t;
 }
@@ -79,7 +79,7 @@ afterEach(async () => {
 
 describe('rediss:// with the CA in redisOptions.tls.ca', () => {
   it('round-trips immediate, delayed and rejected messages, with the entry stored as usual', async () => {
-    const stream = uniqueStream('tls');
+    const stream = engine.uniqueStream('tls');
     const t = transport({ dsn: `rediss://127.0.0.1:${server.port}`, stream, redisOptions: { tls: { ca: caPem } } });
     const sent = await t.send(envelopeOf('secure', 's'));
     const received = await receiveOne(t);
@@ -138,7 +138,7 @@ describe('rediss:// with the CA in redisOptions.tls.ca', () => {
   });
 
   it('an idle consumer over TLS is woken by a send from another connection', async () => {
-    const stream = uniqueStream('tls');
+    const stream = engine.uniqueStream('tls');
     const consumer = transport({ dsn: `rediss://127.0.0.1:${server.port}`, stream, pollIntervalMs: 5000, redisOptions: { tls: { ca: caPem } } });
     const sender = transport({ dsn: `rediss://localhost:${server.port}`, stream, redisOptions: { tls: { ca: caPem } } });
     const controller = new AbortController();

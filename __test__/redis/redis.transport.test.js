@@ -23,8 +23,7 @@ const {
   TransportMessageIdStamp,
 } = require('@schally/nestjs-messenger');
 const { RedisStreamsTransport } = require('../..');
-const { REDIS_DSN, requireServer } = require('../support/servers');
-const { uniqueStream } = require('../support/redis');
+const { redis: engine } = require('../support/engines');
 const {
   TestMessage,
   serializer,
@@ -38,6 +37,7 @@ const {
   settleWithin,
 } = require('../support/transport-helpers');
 
+const REDIS_DSN = engine.dsn;
 const ROOT = path.resolve(__dirname, '..', '..');
 const CORE = require.resolve('@schally/nestjs-messenger');
 /** The same server under other DSN strings: a command connection (and wake board) of its own. */
@@ -53,7 +53,7 @@ const consumers = [];
 let redis;
 
 beforeAll(async () => {
-  await requireServer('redis', REDIS_DSN);
+  await engine.requireServer();
   redis = new Redis(REDIS_DSN, { maxRetriesPerRequest: 1 });
 });
 
@@ -69,7 +69,7 @@ afterEach(async () => {
 
 /** A fresh stream key (and its default delayed key), deleted after the test. */
 function freshStream(prefix = 'rt') {
-  const stream = uniqueStream(prefix);
+  const stream = engine.uniqueStream(prefix);
   keys.push(stream, `${stream}:delayed`);
   return stream;
 }

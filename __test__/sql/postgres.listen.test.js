@@ -10,9 +10,19 @@
 const { Client } = require('pg');
 const { DelayStamp } = require('@schally/nestjs-messenger');
 const { SqlTransport } = require('../..');
-const { POSTGRES_DSN, requireServer, uniqueName } = require('../support/servers');
-const { pgQuery } = require('../support/pg');
-const { TestMessage, serializer, envelopeOf, idOf, pollUntil, closeAll } = require('../support/transport-helpers');
+const { postgres, uniqueName } = require('../support/engines');
+const {
+  TestMessage,
+  serializer,
+  envelopeOf,
+  idOf,
+  pollUntil,
+  closeAll,
+  startConsumer: recordArrivals,
+} = require('../support/transport-helpers');
+
+const POSTGRES_DSN = postgres.dsn;
+const db = postgres.admin();
 
 const TABLE = uniqueName('nmn_ln');
 const transports = [];
@@ -42,35 +52,16 @@ function queue() {
   return name;
 }
 
-/** A long-running get() loop that records each delivery and when it arrived. */
+/** A long-running get() loop that records each delivery and when it arrived (stopped after the test). */
 function startConsumer(t) {
-  const controller = new AbortController();
-  const arrivals = [];
-  const done = (async () => {
-    for await (const envelope of t.get(controller.signal)) {
-      arrivals.push({ envelope, at: Date.now() });
-    }
-  })();
-  const consumer = {
-    arrivals,
-    /** Resolves the arrivals once there are `count`, or what arrived by the deadline. */
-    async waitFor(count, timeoutMs) {
-      await pollUntil(() => arrivals.length >= count, { timeoutMs, intervalMs: 5 });
-      return arrivals.slice();
-    },
-    async stop() {
-      controller.abort();
-      await done;
-      for (const { envelope } of arrivals) await t.ack(envelope);
-    },
-  };
+  const consumer = recordArrivals(t);
   consumers.push(consumer);
   return consumer;
 }
 
 /** The pid of the backend that LISTENs on TABLE for the given application_name, if any. */
 async function listenerPid(app) {
-  const { rows } = await pgQuery(
+  const rows = await db.query(
     `SELECT pid FROM pg_stat_activity
       WHERE application_name = $1 AND query LIKE 'LISTEN%' AND query LIKE $2`,
     [app, `%"${TABLE}"%`],
@@ -80,7 +71,7 @@ async function listenerPid(app) {
 
 /** Whether a backend of `app` has run the next-available_at peek (the consumer went idle). */
 async function peeked(app) {
-  const { rows } = await pgQuery(
+  const rows = await db.query(
     "SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND query LIKE '%wait_ms%'",
     [app],
   );
@@ -88,7 +79,7 @@ async function peeked(app) {
 }
 
 beforeAll(async () => {
-  await requireServer('postgres', POSTGRES_DSN);
+  await postgres.requireServer();
   const t = new SqlTransport({ dsn: POSTGRES_DSN, tableName: TABLE });
   await t.setup();
   await t.close();
@@ -98,11 +89,11 @@ afterEach(async () => {
   for (const consumer of consumers.splice(0)) await consumer.stop();
   await closeAll(transports);
   const names = queues.splice(0);
-  if (names.length > 0) await pgQuery(`DELETE FROM ${TABLE} WHERE queue_name = ANY($1)`, [names]);
+  await db.deleteQueues(TABLE, names);
 });
 
 afterAll(async () => {
-  await pgQuery(`DROP TABLE IF EXISTS ${TABLE}`);
+  await db.dropTable(TABLE, { ifExists: true });
 });
 
 describe('idle wait bounded by the next available_at', () => {
@@ -177,7 +168,7 @@ describe('NOTIFY wake-ups', () => {
     expect(arrivals.map((a) => idOf(a.envelope))).toEqual([idOf(own)]);
     expect(arrivals[0].at - sentAt).toBeLessThan(1000);
 
-    const { rows } = await pgQuery(`SELECT delivered_at FROM ${TABLE} WHERE id = $1::bigint`, [idOf(foreign)]);
+    const rows = await db.query(`SELECT delivered_at FROM ${TABLE} WHERE id = $1::bigint`, [idOf(foreign)]);
     expect(rows).toEqual([{ delivered_at: null }]);
   }, 10000);
 
@@ -221,7 +212,7 @@ describe('connection loss', () => {
     const pid = await pollUntil(() => listenerPid(consumerApp), { timeoutMs: 5000 });
     expect(pid).toBeDefined();
 
-    const { rows } = await pgQuery('SELECT pg_terminate_backend($1) AS terminated', [pid]);
+    const rows = await db.query('SELECT pg_terminate_backend($1) AS terminated', [pid]);
     expect(rows[0].terminated).toBe(true);
 
     const sentAt = Date.now();
@@ -250,7 +241,7 @@ describe('connection loss', () => {
     const pid = await pollUntil(() => listenerPid(consumerApp), { timeoutMs: 5000 });
     expect(pid).toBeDefined();
 
-    await pgQuery('SELECT pg_terminate_backend($1)', [pid]);
+    await db.query('SELECT pg_terminate_backend($1)', [pid]);
     const newPid = await pollUntil(
       async () => {
         const current = await listenerPid(consumerApp);
@@ -275,7 +266,7 @@ describe('connection loss', () => {
     await t.send(envelopeOf('before'));
     expect(await consumer.waitFor(1, 3000)).toHaveLength(1);
 
-    const { rows } = await pgQuery(
+    const rows = await db.query(
       `SELECT pg_terminate_backend(pid) AS terminated FROM pg_stat_activity
         WHERE application_name = $1 AND query NOT LIKE 'LISTEN%' AND state = 'idle'`,
       [app],

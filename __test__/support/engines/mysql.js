@@ -179,7 +179,9 @@ const mysql = {
   get Transport() {
     return require('../../..').SqlTransport;
   },
-  target: () => ({ queueName: uniqueName('q') }),
+  target: (prefix = 'q') => ({ queueName: uniqueName(prefix) }),
+  /** Removes what a target's transport stored (its queue's rows in the default table). */
+  removeTarget: (target, dsn) => engine.admin(dsn).deleteQueues('messenger_messages', [target.queueName]),
   errorLabel: 'MySQL',
   requireServer: () => requireServer(engine),
   rawAccess: () => true,

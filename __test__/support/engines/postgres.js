@@ -213,7 +213,9 @@ const postgres = {
     return require('../../..').SqlTransport;
   },
   /** Options naming a queue of its own. */
-  target: () => ({ queueName: uniqueName('q') }),
+  target: (prefix = 'q') => ({ queueName: uniqueName(prefix) }),
+  /** Removes what a target's transport stored (its queue's rows in the default table). */
+  removeTarget: (target, dsn) => engine.admin(dsn).deleteQueues('messenger_messages', [target.queueName]),
   /** How the transport names the engine in its error messages. */
   errorLabel: 'PostgreSQL',
   requireServer: () => requireServer(engine),

@@ -15,6 +15,8 @@ const redis = {
   },
   /** Options naming a stream of its own. */
   target: (prefix = 'err') => ({ stream: engine.uniqueStream(prefix) }),
+  /** Removes a target's stream and its default delayed zset. */
+  removeTarget: (target, dsn) => engine.admin(dsn).del([target.stream, `${target.stream}:delayed`]),
   errorLabel: 'Redis',
   requireServer: () => requireServer(engine),
   dsnWith: (parts) => dsnWith(engine.dsn, parts),

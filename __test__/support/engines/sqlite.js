@@ -104,7 +104,9 @@ const sqlite = {
   get Transport() {
     return require('../../..').SqlTransport;
   },
-  target: () => ({ queueName: uniqueName('q') }),
+  target: (prefix = 'q') => ({ queueName: uniqueName(prefix) }),
+  /** Nothing to remove one by one: the file goes whole with its directory. */
+  removeTarget: async () => {},
   operations: () => transportOperations(),
   errorLabel: 'SQLite',
   requireServer: async () => {},
