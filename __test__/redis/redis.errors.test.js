@@ -28,6 +28,7 @@ const {
   settleWithin,
   failure,
   expectNoSecret,
+  startAckingConsumer,
 } = require('../support/transport-helpers');
 const { errorsSuite } = require('../shared/errors.suite');
 
@@ -52,24 +53,9 @@ afterEach(async () => {
   await engine.admin().del(keys.splice(0));
 });
 
-/** A background get() loop that records what it yields and acks it; `error` if it threw. */
+/** A background get() loop that records and acks what it gets; `error` if get() threw. Stopped after the test. */
 function startConsumer(t) {
-  const controller = new AbortController();
-  const consumer = { received: [], error: undefined };
-  consumer.done = (async () => {
-    try {
-      for await (const envelope of t.get(controller.signal)) {
-        consumer.received.push(envelope);
-        await t.ack(envelope);
-      }
-    } catch (error) {
-      consumer.error = error;
-    }
-  })();
-  consumer.stop = async () => {
-    controller.abort();
-    await consumer.done;
-  };
+  const consumer = startAckingConsumer(t);
   consumers.push(consumer);
   return consumer;
 }

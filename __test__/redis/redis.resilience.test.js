@@ -15,7 +15,15 @@ const { Redis } = require('ioredis');
 const { RedisStreamsTransport } = require('../..');
 const { redis: engine } = require('../support/engines');
 const { startRedisServer } = require('../support/redis-server');
-const { serializer, envelopeOf, idOf, sleep, pollUntil, settleWithin } = require('../support/transport-helpers');
+const {
+  serializer,
+  envelopeOf,
+  idOf,
+  sleep,
+  pollUntil,
+  settleWithin,
+  startAckingConsumer,
+} = require('../support/transport-helpers');
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const CORE = require.resolve('@schally/nestjs-messenger');
@@ -96,25 +104,9 @@ async function expectDrained(stream, timeoutMs = 3000) {
   expect(await streamState(stream)).toEqual({ length: 0, pending: 0 });
 }
 
-/** A background get() loop that records and acks what it gets; `error` if get() threw. */
+/** A background get() loop that records and acks what it gets; `error` if get() threw. Stopped after the test. */
 function startConsumer(t) {
-  const controller = new AbortController();
-  const consumer = { received: [], error: undefined };
-  consumer.ids = () => consumer.received.map((e) => e.message.id);
-  consumer.done = (async () => {
-    try {
-      for await (const envelope of t.get(controller.signal)) {
-        consumer.received.push(envelope);
-        await t.ack(envelope);
-      }
-    } catch (error) {
-      consumer.error = error;
-    }
-  })();
-  consumer.stop = async () => {
-    controller.abort();
-    await consumer.done;
-  };
+  const consumer = startAckingConsumer(t);
   consumers.push(consumer);
   return consumer;
 }

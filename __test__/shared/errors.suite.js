@@ -13,6 +13,7 @@ const { TransportConnectionError, TransportError } = require('@schally/nestjs-me
 const { uniqueName } = require('../support/engines');
 const { closedPort } = require('../support/ports');
 const { runChild } = require('../support/child');
+const { sqlTable } = require('../support/sql-table');
 const {
   TestMessage,
   serializer,
@@ -372,24 +373,11 @@ function errorsSuite(engine) {
 function processExit(engine, unreachableDsn) {
   describe('process exit after close()', () => {
     const DSN = engine.runDsn('nmn-exit');
-    const db = engine.testAdmin(DSN);
-    const TABLE = uniqueName('nmn_exit');
-
-    beforeAll(async () => {
-      await engine.requireServer();
-      const t = new engine.Transport({ dsn: DSN, tableName: TABLE });
-      await t.setup();
-      await t.close();
-    });
-
-    afterAll(async () => {
-      if (engine.server) await db.dropTable(TABLE, { ifExists: true });
-      else engine.removeRunDsn(DSN);
-    });
+    const { TABLE, db, queue } = sqlTable(engine, { dsn: DSN, prefix: 'nmn_exit' });
 
     /** Runs a script in a fresh node process on a queue of its own; it must exit by itself. */
     function runOnQueue(script, env = {}) {
-      const queueName = uniqueName('q');
+      const queueName = queue();
       const app = uniqueName('nmn_child');
       const result = runChild(script, {
         env: {

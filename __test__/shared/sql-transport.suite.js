@@ -24,6 +24,7 @@ const {
 const { SqlTransport } = require('../..');
 const { uniqueName } = require('../support/engines');
 const { closedPort } = require('../support/ports');
+const { sqlTable } = require('../support/sql-table');
 const {
   TestMessage,
   serializer,
@@ -34,11 +35,10 @@ const {
   receiveOne,
   pollUntil,
   settleWithin,
-  closeAll,
-  startConsumer,
   collect,
   rejectionOf,
   throwsSync,
+  expectArrival,
 } = require('../support/transport-helpers');
 
 const MISSING_ID = 'Cannot ack or reject an envelope without a TransportMessageIdStamp.';
@@ -72,13 +72,8 @@ function sqlTransportSuite(engine) {
   const DSN = engine.runDsn('nmn-str');
   /** The same database under another DSN string: a pool of its own, whose sends wake nobody here. */
   const OTHER_DSN = engine.otherDsn(DSN);
-  const db = engine.testAdmin(DSN);
   /** The table most tests share (each on its own queue); DDL tests use their own tables. */
-  const TABLE = uniqueName('nmn_tr');
-  const tables = [TABLE];
-  const transports = [];
-  const queues = [];
-  const consumers = [];
+  const { TABLE, db, queues, track, freshTable, dropAfterwards, consume } = sqlTable(engine, { dsn: DSN });
   /** Options that keep an idle consumer idle for a minute (no poll, no notify timeout). */
   const LONG_IDLE = { pollIntervalMs: 60000, ...(engine.pushWakeup ? { getNotifyTimeoutMs: 60000 } : {}) };
   const titles = (key, fallback) => engine.titles?.[key] ?? fallback;
@@ -87,27 +82,11 @@ function sqlTransportSuite(engine) {
   function transport(options = {}) {
     const queueName = options.queueName ?? uniqueName('q');
     queues.push(queueName);
-    const t = new SqlTransport({ dsn: DSN, tableName: TABLE, serializer: serializer(), ...options, queueName });
-    transports.push(t);
-    return t;
+    return track(new SqlTransport({ dsn: DSN, tableName: TABLE, serializer: serializer(), ...options, queueName }));
   }
 
   function lastQueue() {
     return queues[queues.length - 1];
-  }
-
-  /** A table name of its own (dropped after the file on a server; a private file goes whole). */
-  function freshTable(prefix) {
-    const name = uniqueName(prefix);
-    tables.push(name);
-    return name;
-  }
-
-  /** A background consumer, stopped (and its deliveries acked) after the test. */
-  function consume(t) {
-    const consumer = startConsumer(t);
-    consumers.push(consumer);
-    return consumer;
   }
 
   /**
@@ -127,28 +106,6 @@ function sqlTransportSuite(engine) {
     return last;
   }
 
-  beforeAll(async () => {
-    await engine.requireServer();
-    const t = new SqlTransport({ dsn: DSN, tableName: TABLE });
-    await t.setup();
-    await t.close();
-  });
-
-  afterEach(async () => {
-    for (const consumer of consumers.splice(0)) await consumer.stop();
-    await closeAll(transports);
-    const names = queues.splice(0);
-    if (engine.rawAccess()) await db.deleteQueues(TABLE, names);
-  });
-
-  afterAll(async () => {
-    if (engine.server) {
-      for (const table of tables) await db.dropTable(table, { ifExists: true });
-    } else {
-      engine.removeRunDsn(DSN);
-    }
-  });
-
   describe('construction and options', () => {
     it('constructs with every default and closes cleanly before any use', async () => {
       const t = new SqlTransport({ dsn: DSN });
@@ -165,8 +122,7 @@ function sqlTransportSuite(engine) {
 
     it('defaults to table messenger_messages, queue "default" and the JsonSerializer wire form', async () => {
       // No serializer given: the default is a JsonSerializer.
-      const t = new SqlTransport({ dsn: DSN });
-      transports.push(t);
+      const t = track(new SqlTransport({ dsn: DSN }));
       const sent = await t.send(envelopeOf('defaults-1', 'p'));
       const id = idOf(sent);
       try {
@@ -262,7 +218,7 @@ function sqlTransportSuite(engine) {
       // 48 characters is the longest valid name (its index name, <table>_claim_idx, is 58).
       const longest = `nmn_${uniqueName('l').replace('_', '')}`.padEnd(48, 'x');
       expect(longest).toHaveLength(48);
-      tables.push(longest);
+      dropAfterwards(longest);
       // '_' is the shortest. In a shared server database it is only constructed: a table of that
       // name would outlive the run.
       const names = engine.server ? [longest] : [longest, '_'];
@@ -1177,10 +1133,8 @@ function sqlTransportSuite(engine) {
 
       const sentAt = Date.now();
       const sent = await sender.send(envelopeOf('wake'));
-      const [arrival] = await consumer.waitFor(1, 2000);
-      expect(arrival).toBeDefined();
-      expect(idOf(arrival.envelope)).toBe(idOf(sent));
-      expect(arrival.at - sentAt).toBeLessThan(300);
+      const { elapsed } = await expectArrival(consumer, sent, sentAt, 2000);
+      expect(elapsed).toBeLessThan(300);
     });
 
     it('delivers an in-process delayed send on time to an idle consumer although pollIntervalMs is 60 s', async () => {
@@ -1191,10 +1145,7 @@ function sqlTransportSuite(engine) {
 
       const sentAt = Date.now();
       const sent = await t.send(envelopeOf('delayed', '', [new DelayStamp(400)]));
-      const [arrival] = await consumer.waitFor(1, 3000);
-      expect(arrival).toBeDefined();
-      expect(idOf(arrival.envelope)).toBe(idOf(sent));
-      const elapsed = arrival.at - sentAt;
+      const { elapsed } = await expectArrival(consumer, sent, sentAt, 3000);
       expect(elapsed).toBeGreaterThanOrEqual(350);
       expect(elapsed).toBeLessThanOrEqual(1500);
     }, 10000);
@@ -1210,10 +1161,7 @@ function sqlTransportSuite(engine) {
         const sentAt = Date.now();
         const sent = await sender.send(envelopeOf('delayed-other', '', [new DelayStamp(400)]));
         const consumer = consume(transport({ queueName, pollIntervalMs: 60000 }));
-        const [arrival] = await consumer.waitFor(1, 3000);
-        expect(arrival).toBeDefined();
-        expect(idOf(arrival.envelope)).toBe(idOf(sent));
-        const elapsed = arrival.at - sentAt;
+        const { elapsed } = await expectArrival(consumer, sent, sentAt, 3000);
         expect(elapsed).toBeGreaterThanOrEqual(350);
         expect(elapsed).toBeLessThanOrEqual(1500);
       }, 10000);
@@ -1228,10 +1176,8 @@ function sqlTransportSuite(engine) {
         expect(await settleWithin(consumer.done, 100)).toBe('timeout');
         const sentAt = Date.now();
         const sent = await sender.send(envelopeOf('polled'));
-        const [arrival] = await consumer.waitFor(1, 3000);
-        expect(arrival).toBeDefined();
-        expect(idOf(arrival.envelope)).toBe(idOf(sent));
-        expect(arrival.at - sentAt).toBeLessThan(1200);
+        const { elapsed } = await expectArrival(consumer, sent, sentAt, 3000);
+        expect(elapsed).toBeLessThan(1200);
       });
     }
   });
@@ -1310,7 +1256,7 @@ function sqlTransportSuite(engine) {
     });
   });
 
-  return { DSN, OTHER_DSN, TABLE, db, transport, lastQueue, freshTable, consume, settledRows, queues, transports };
+  return { DSN, OTHER_DSN, TABLE, db, transport, lastQueue, freshTable, consume, settledRows };
 }
 
 module.exports = { sqlTransportSuite };

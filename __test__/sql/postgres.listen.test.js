@@ -17,17 +17,12 @@ const {
   envelopeOf,
   idOf,
   pollUntil,
-  closeAll,
-  startConsumer: recordArrivals,
+  expectArrival,
 } = require('../support/transport-helpers');
+const { sqlTable } = require('../support/sql-table');
 
 const POSTGRES_DSN = postgres.dsn;
-const db = postgres.admin();
-
-const TABLE = uniqueName('nmn_ln');
-const transports = [];
-const consumers = [];
-const queues = [];
+const { TABLE, db, track, queue, consume: startConsumer } = sqlTable(postgres, { dsn: POSTGRES_DSN, prefix: 'nmn_ln' });
 
 /** POSTGRES_DSN with the given scheme and application_name: a DSN string of its own. */
 function dsnFor(scheme, app) {
@@ -36,27 +31,14 @@ function dsnFor(scheme, app) {
 }
 
 function transport({ scheme = 'postgres', app = uniqueName('nmn_app'), ...options }) {
-  const t = new SqlTransport({
-    dsn: dsnFor(scheme, app),
-    tableName: TABLE,
-    serializer: serializer(),
-    ...options,
-  });
-  transports.push(t);
-  return t;
-}
-
-function queue() {
-  const name = uniqueName('q');
-  queues.push(name);
-  return name;
-}
-
-/** A long-running get() loop that records each delivery and when it arrived (stopped after the test). */
-function startConsumer(t) {
-  const consumer = recordArrivals(t);
-  consumers.push(consumer);
-  return consumer;
+  return track(
+    new SqlTransport({
+      dsn: dsnFor(scheme, app),
+      tableName: TABLE,
+      serializer: serializer(),
+      ...options,
+    }),
+  );
 }
 
 /** The pid of the backend that LISTENs on TABLE for the given application_name, if any. */
@@ -78,24 +60,6 @@ async function peeked(app) {
   return rows.length > 0;
 }
 
-beforeAll(async () => {
-  await postgres.requireServer();
-  const t = new SqlTransport({ dsn: POSTGRES_DSN, tableName: TABLE });
-  await t.setup();
-  await t.close();
-});
-
-afterEach(async () => {
-  for (const consumer of consumers.splice(0)) await consumer.stop();
-  await closeAll(transports);
-  const names = queues.splice(0);
-  await db.deleteQueues(TABLE, names);
-});
-
-afterAll(async () => {
-  await db.dropTable(TABLE, { ifExists: true });
-});
-
 describe('idle wait bounded by the next available_at', () => {
   it.each([
     ['with LISTEN (useNotify: true)', { useNotify: true, getNotifyTimeoutMs: 60000 }],
@@ -114,11 +78,7 @@ describe('idle wait bounded by the next available_at', () => {
 
       const sentAt = Date.now();
       const sent = await t.send(envelopeOf('delayed', '', [new DelayStamp(400)]));
-      const [arrival] = await consumer.waitFor(1, 3000);
-
-      expect(arrival).toBeDefined();
-      expect(idOf(arrival.envelope)).toBe(idOf(sent));
-      const elapsed = arrival.at - sentAt;
+      const { elapsed } = await expectArrival(consumer, sent, sentAt, 3000);
       expect(elapsed).toBeGreaterThanOrEqual(350);
       expect(elapsed).toBeLessThanOrEqual(1500);
     },
@@ -217,10 +177,8 @@ describe('connection loss', () => {
 
     const sentAt = Date.now();
     const sent = await sender.send(envelopeOf('after-loss'));
-    const [arrival] = await consumer.waitFor(1, 4000);
-    expect(arrival).toBeDefined();
-    expect(idOf(arrival.envelope)).toBe(idOf(sent));
-    expect(arrival.at - sentAt).toBeLessThan(2000);
+    const { elapsed } = await expectArrival(consumer, sent, sentAt, 4000);
+    expect(elapsed).toBeLessThan(2000);
 
     const newPid = await pollUntil(
       async () => {
@@ -253,10 +211,8 @@ describe('connection loss', () => {
 
     const sentAt = Date.now();
     const sent = await sender.send(envelopeOf('after-reconnect'));
-    const [arrival] = await consumer.waitFor(1, 3000);
-    expect(arrival).toBeDefined();
-    expect(idOf(arrival.envelope)).toBe(idOf(sent));
-    expect(arrival.at - sentAt).toBeLessThan(1000);
+    const { elapsed } = await expectArrival(consumer, sent, sentAt, 3000);
+    expect(elapsed).toBeLessThan(1000);
   }, 20000);
 
   it('survives its idle pooled connections being terminated', async () => {

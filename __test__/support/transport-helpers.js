@@ -157,6 +157,42 @@ function startConsumer(t) {
   };
 }
 
+/**
+ * Asserts (jest) that the first arrival at `consumer` (of startConsumer) within `timeoutMs` is
+ * `sent`; resolves it and how many ms after `sentAt` it came.
+ */
+async function expectArrival(consumer, sent, sentAt, timeoutMs) {
+  const [arrival] = await consumer.waitFor(1, timeoutMs);
+  expect(arrival).toBeDefined();
+  expect(idOf(arrival.envelope)).toBe(idOf(sent));
+  return { arrival, elapsed: arrival.at - sentAt };
+}
+
+/**
+ * A background get() loop that records what it yields (`received`, `ids()`) and acks it, like
+ * the core Worker; `error` is set if get() threw (the loop then ends).
+ */
+function startAckingConsumer(t) {
+  const controller = new AbortController();
+  const consumer = { received: [], error: undefined };
+  consumer.ids = () => consumer.received.map((e) => e.message.id);
+  consumer.done = (async () => {
+    try {
+      for await (const envelope of t.get(controller.signal)) {
+        consumer.received.push(envelope);
+        await t.ack(envelope);
+      }
+    } catch (error) {
+      consumer.error = error;
+    }
+  })();
+  consumer.stop = async () => {
+    controller.abort();
+    await consumer.done;
+  };
+  return consumer;
+}
+
 /** Drains an async iterable into an array. */
 async function collect(iterable) {
   const items = [];
@@ -232,6 +268,8 @@ module.exports = {
   settleWithin,
   closeAll,
   startConsumer,
+  expectArrival,
+  startAckingConsumer,
   collect,
   rejectionOf,
   throwsSync,
