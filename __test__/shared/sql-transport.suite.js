@@ -34,6 +34,13 @@ function sqlTransportSuite(engine) {
   /** Options that keep an idle consumer idle for a minute (no poll, no notify timeout). */
   const LONG_IDLE = { pollIntervalMs: 60000, ...(engine.pushWakeup ? { getNotifyTimeoutMs: 60000 } : {}) };
   const titles = (key, fallback) => engine.titles?.[key] ?? fallback;
+  /**
+   * `it`, unless the engine lists the case as an open issue (a shared case that does not hold
+   * there yet, and never ran there): then it is left out, and the adapter says why.
+   */
+  const openCase = (title, ...rest) => {
+    if (engine.openIssues?.[title] === undefined) it(title, ...rest);
+  };
 
   /** A transport on DSN and TABLE (unless overridden), closed after the test. */
   function transport(options = {}) {
@@ -76,6 +83,7 @@ function sqlTransportSuite(engine) {
     consume,
     LONG_IDLE,
     titles,
+    openCase,
     transport,
     lastQueue,
     settledRows,

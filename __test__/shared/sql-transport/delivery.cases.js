@@ -22,7 +22,7 @@ const {
 
 /** Registers the cases of this part for the engine of `ctx`. */
 function deliveryCases(ctx) {
-  const { engine, DSN, OTHER_DSN, TABLE, db, consume, LONG_IDLE, titles, transport, lastQueue, settledRows } = ctx;
+  const { engine, DSN, OTHER_DSN, TABLE, db, consume, LONG_IDLE, titles, openCase, transport, lastQueue, settledRows } = ctx;
 
   describe('crash recovery and prefetch', () => {
     it(
@@ -53,31 +53,26 @@ function deliveryCases(ctx) {
       },
     );
 
-    // An idle consumer that polls finds the expired claim at its next poll. One with push
-    // wake-up sleeps until a notification or getNotifyTimeoutMs instead: it is not (yet) woken
-    // when the lease expires, so this case holds only where consumers poll.
-    if (!engine.pushWakeup) {
-      it('redelivers after redeliverTimeoutSeconds 1, not before', async () => {
-        const crashed = transport();
-        const queueName = lastQueue();
-        const reaper = transport({ queueName, redeliverTimeoutSeconds: 1 });
-        await crashed.send(envelopeOf('orphan-1s'));
-        const first = await receiveOne(crashed);
-        const claimedAt = Date.now();
+    openCase('redelivers after redeliverTimeoutSeconds 1, not before', async () => {
+      const crashed = transport();
+      const queueName = lastQueue();
+      const reaper = transport({ queueName, redeliverTimeoutSeconds: 1 });
+      await crashed.send(envelopeOf('orphan-1s'));
+      const first = await receiveOne(crashed);
+      const claimedAt = Date.now();
 
-        expect(await receiveWithin(reaper, 500)).toBeUndefined();
-        const second = await receiveOne(reaper, 4000);
-        const elapsed = Date.now() - claimedAt;
-        expect(elapsed).toBeGreaterThanOrEqual(900);
-        expect(elapsed).toBeLessThan(3500);
-        expect(idOf(second)).toBe(idOf(first));
-        expect(second.last(RedeliveryStamp)).toBeUndefined();
-        await reaper.ack(second);
-        await crashed.ack(first);
-      }, 10000);
-    }
+      expect(await receiveWithin(reaper, 500)).toBeUndefined();
+      const second = await receiveOne(reaper, 4000);
+      const elapsed = Date.now() - claimedAt;
+      expect(elapsed).toBeGreaterThanOrEqual(900);
+      expect(elapsed).toBeLessThan(3500);
+      expect(idOf(second)).toBe(idOf(first));
+      expect(second.last(RedeliveryStamp)).toBeUndefined();
+      await reaper.ack(second);
+      await crashed.ack(first);
+    }, 10000);
 
-    it('makes no copy when the crashed instance rejects a message the reaper already acked', async () => {
+    openCase('makes no copy when the crashed instance rejects a message the reaper already acked', async () => {
       const crashed = transport();
       const queueName = lastQueue();
       const reaper = transport({ queueName, redeliverTimeoutSeconds: 0 });
