@@ -5,10 +5,10 @@
 // shared suites (__test__/shared/) ask of an engine adapter. One file per engine; each owns
 // its SQL.
 
-const { uniqueName, requireServer, engineOfDsn } = require('../../../bench/engines');
+const { uniqueName } = require('../../../bench/engines');
 const { postgres } = require('./postgres');
 const { mysql } = require('./mysql');
 const { sqlite } = require('./sqlite');
 const { redis } = require('./redis');
 
-module.exports = { postgres, mysql, sqlite, redis, uniqueName, requireServer, engineOfDsn };
+module.exports = { postgres, mysql, sqlite, redis, uniqueName };

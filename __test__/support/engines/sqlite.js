@@ -120,7 +120,6 @@ const sqlite = {
     return `sqlite://${path.dirname(file)}/./${path.basename(file)}`;
   },
   testAdmin,
-  utcMs,
 
   schemaQualifiedTable: 'main.messages',
   storageNoun: 'file',
