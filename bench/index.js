@@ -11,11 +11,12 @@ const os = require('node:os');
 const path = require('node:path');
 const { markdown, svg, median } = require('./report');
 const { postgresClaimDeleteLimit, redisXaddLimit } = require('./limits');
+const { ENGINES } = require('./engines');
 
 const WORKLOAD_SIZES = { consume: 3000, sendSequential: 2000, sendConcurrent: 5000, wake: 300, competing: 3000 };
 
 function parseArgs(argv) {
-  const options = { rounds: 3, engines: ['postgres', 'mysql', 'redis', 'sqlite'], deep: 100000, soak: 0, limits: true };
+  const options = { rounds: 3, engines: Object.keys(ENGINES), deep: 100000, soak: 0, limits: true };
   for (let i = 0; i < argv.length; i += 1) {
     const [arg, value] = [argv[i], argv[i + 1]];
     if (arg === '--rounds') options.rounds = Number(value);
@@ -48,12 +49,13 @@ function machine() {
 async function main() {
   const options = parseArgs(process.argv.slice(2));
   const results = {};
-  const deep = { postgres: [], mysql: [], redis: [], sqlite: [] };
+  const deep = Object.fromEntries(Object.keys(ENGINES).map((engine) => [engine, []]));
   for (let round = 1; round <= options.rounds; round += 1) {
     for (const engine of options.engines) {
       results[engine] ??= {};
       for (const [workload, n] of Object.entries(WORKLOAD_SIZES)) {
-        const impls = engine === 'sqlite' ? ['native'] : ['native', 'upstream'];
+        // Side by side where the upstream TypeScript transport exists for the engine.
+        const impls = ENGINES[engine].upstream ? ['native', 'upstream'] : ['native'];
         for (const impl of impls) {
           const result = runOne({ engine, impl, workload, n });
           ((results[engine][workload] ??= {})[impl] ??= []).push(result);

@@ -5,7 +5,8 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { prefill } = require('./prefill');
-const { DSN, freshName, transportFactory } = require('./engines');
+const { ENGINES } = require('./engines');
+const { freshName, transportFactory } = require('./transports');
 
 function pgbenchPath() {
   const root = '/usr/lib/postgresql';
@@ -36,7 +37,7 @@ async function postgresClaimDeleteLimit(depth) {
       `ORDER BY available_at, id LIMIT 100 FOR UPDATE SKIP LOCKED) ` +
       `DELETE FROM messenger_messages m USING c WHERE m.id = c.id;\n`,
   );
-  const url = new URL(DSN.postgres);
+  const url = new URL(ENGINES.postgres.dsn);
   const transactions = Math.floor(depth / 100);
   const output = execFileSync(
     pgbenchPath(),
@@ -49,7 +50,7 @@ async function postgresClaimDeleteLimit(depth) {
 
 /** Redis's own capacity for pipelined XADD (redis-benchmark, 16 commands per round trip). */
 function redisXaddLimit() {
-  const url = new URL(DSN.redis);
+  const url = new URL(ENGINES.redis.dsn);
   const key = `bench:{${freshName('limit')}}`;
   const output = execFileSync(
     'redis-benchmark',

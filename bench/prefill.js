@@ -1,9 +1,8 @@
 'use strict';
 
-const { storedForm } = require('./message');
-const { DSN } = require('./engines');
 const { Envelope } = require('@schally/nestjs-messenger');
-const { BenchMessage } = require('./message');
+const { ENGINES } = require('./engines');
+const { BenchMessage, storedForm } = require('./message');
 
 /**
  * Stores `count` due messages on `queue` as fast as the engine allows, bypassing both
@@ -12,24 +11,15 @@ const { BenchMessage } = require('./message');
 async function prefill(engine, queue, count, makeTransport) {
   const { body, headers } = storedForm('__ID__');
   if (engine === 'postgres') {
-    const { Client } = require('pg');
-    const client = new Client({ connectionString: DSN.postgres });
-    await client.connect();
-    try {
-      await client.query(
-        `INSERT INTO messenger_messages (queue_name, body, headers, available_at)
-         SELECT $1, replace($2, '__ID__', 'm-' || g), $3, now() FROM generate_series(1, $4) AS g`,
-        [queue, body, headers, count],
-      );
-    } finally {
-      await client.end();
-    }
+    await ENGINES.postgres.admin().query(
+      `INSERT INTO messenger_messages (queue_name, body, headers, available_at)
+       SELECT $1, replace($2, '__ID__', 'm-' || g), $3, now() FROM generate_series(1, $4) AS g`,
+      [queue, body, headers, count],
+    );
     return;
   }
   if (engine === 'mysql') {
-    const mysql = require('mysql2/promise');
-    const connection = await mysql.createConnection(DSN.mysql);
-    try {
+    await ENGINES.mysql.admin().withClient(async (connection) => {
       // Both spellings: MariaDB's limit and MySQL's.
       await connection.query('SET SESSION max_recursive_iterations = 10000000').catch(() => undefined);
       await connection.query('SET SESSION cte_max_recursion_depth = 10000000').catch(() => undefined);
@@ -39,15 +29,11 @@ async function prefill(engine, queue, count, makeTransport) {
          SELECT ?, REPLACE(?, '__ID__', CONCAT('m-', n)), ?, NOW(3), NOW(3) FROM s`,
         [count, queue, body, headers],
       );
-    } finally {
-      await connection.end();
-    }
+    });
     return;
   }
   if (engine === 'redis') {
-    const { Redis } = require('ioredis');
-    const redis = new Redis(DSN.redis);
-    try {
+    await ENGINES.redis.admin().withClient(async (redis) => {
       for (let start = 0; start < count; start += 1000) {
         const pipeline = redis.pipeline();
         for (let i = start; i < Math.min(count, start + 1000); i += 1) {
@@ -55,9 +41,7 @@ async function prefill(engine, queue, count, makeTransport) {
         }
         await pipeline.exec();
       }
-    } finally {
-      redis.disconnect();
-    }
+    });
     return;
   }
   // SQLite has no server to talk to from here: store through the native transport, 256 at a time.

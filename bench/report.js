@@ -1,8 +1,9 @@
 'use strict';
 
+const { ENGINES } = require('./engines');
 const { TARGETS } = require('./targets');
 
-const ENGINE_LABEL = { postgres: 'PostgreSQL', mysql: 'MariaDB', redis: 'Redis', sqlite: 'SQLite' };
+const ENGINE_LABEL = Object.fromEntries(Object.values(ENGINES).map((e) => [e.name, e.label]));
 
 function median(values) {
   const sorted = values.filter((v) => Number.isFinite(v)).sort((a, b) => a - b);
@@ -41,7 +42,7 @@ function rows(results) {
         goal = spec.lowerIsBetter ? `≤ 1/${Math.round(1 / t)}` : `≥ ${t}×`;
         met = spec.lowerIsBetter ? ratio <= t : ratio >= t;
       }
-      if (engine === 'sqlite') {
+      if (!ENGINES[engine].upstream) {
         goal = '';
         met = undefined;
       }
@@ -73,7 +74,7 @@ function markdown(results, extras, machine) {
 
 /** A horizontal bar chart of the ratios (log scale), one bar per engine and workload. */
 function svg(results) {
-  const data = rows(results).filter((r) => Number.isFinite(r.ratio) && r.engine !== 'sqlite');
+  const data = rows(results).filter((r) => Number.isFinite(r.ratio) && ENGINES[r.engine].upstream);
   const barHeight = 18;
   const left = 330;
   const width = 900;

@@ -3,7 +3,8 @@
 // One measurement in a process of its own (fresh pools, fresh peak RSS). The parent passes a
 // JSON job as argv[2] and reads one JSON line from stdout.
 
-const { transportFactory, freshName } = require('./engines');
+const { ENGINES } = require('./engines');
+const { transportFactory, freshName } = require('./transports');
 const { prefill } = require('./prefill');
 const { consume } = require('./workloads/consume');
 const { sendSequential, sendConcurrent } = require('./workloads/send');
@@ -15,7 +16,7 @@ const WORKLOADS = { consume, sendSequential, sendConcurrent, wake, competing, so
 const PREFILLED = new Set(['consume', 'competing', 'soak']);
 
 async function ensureSchema(engine, makeTransport) {
-  if (engine === 'redis') return;
+  if (ENGINES[engine].kind === 'redis') return;
   const transport = makeTransport();
   await transport.setup?.();
   await transport.close();
@@ -23,7 +24,7 @@ async function ensureSchema(engine, makeTransport) {
 
 async function main() {
   const job = JSON.parse(process.argv[2]);
-  const queue = job.engine === 'redis' ? `bench:{${freshName('s')}}` : freshName('bench');
+  const queue = ENGINES[job.engine].kind === 'redis' ? `bench:{${freshName('s')}}` : freshName('bench');
   const makeTransport = transportFactory(job.engine, job.impl, queue);
   const nativeFactory = transportFactory(job.engine, 'native', queue);
   await ensureSchema(job.engine, nativeFactory);
@@ -36,23 +37,11 @@ async function main() {
 
 /** Removes what the run left (nothing, normally: every message was consumed or is dropped here). */
 async function cleanup(engine, queue) {
-  const { DSN } = require('./engines');
-  if (engine === 'postgres') {
-    const { Client } = require('pg');
-    const client = new Client({ connectionString: DSN.postgres });
-    await client.connect();
-    await client.query('DELETE FROM messenger_messages WHERE queue_name = $1', [queue]);
-    await client.end();
-  } else if (engine === 'mysql') {
-    const mysql = require('mysql2/promise');
-    const connection = await mysql.createConnection(DSN.mysql);
-    await connection.query('DELETE FROM messenger_messages WHERE queue_name = ?', [queue]);
-    await connection.end();
-  } else if (engine === 'redis') {
-    const { Redis } = require('ioredis');
-    const redis = new Redis(DSN.redis);
-    await redis.del(queue, `${queue}:delayed`);
-    redis.disconnect();
+  const e = ENGINES[engine];
+  if (e.kind === 'redis') {
+    await e.admin().del([queue, `${queue}:delayed`]);
+  } else if (e.server) {
+    await e.admin().deleteQueues('messenger_messages', [queue]);
   }
 }
 

@@ -1,8 +1,6 @@
 'use strict';
 
-const os = require('node:os');
-const path = require('node:path');
-const fs = require('node:fs');
+const { sqlite } = require('../bench/engines');
 
 const USAGE = `Usage: npm run demo -- [--dsn <dsn>] [--messages <n>] [--delayed <fraction>] [--failing <fraction>]
 
@@ -44,10 +42,8 @@ function parseArgs(argv) {
       throw new Error(`Unknown argument ${arg}\n${USAGE}`);
     }
   }
-  if (options.dsn === undefined) {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'messenger-demo-'));
-    options.dsn = `sqlite://${path.join(dir, 'queue.db')}`;
-  }
+  // The embedded default: a new SQLite file (the engine registry's own temporary DSN).
+  options.dsn ??= sqlite.temporaryDsn('messenger-demo');
   return options;
 }
 

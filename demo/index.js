@@ -13,6 +13,7 @@ const {
   Worker,
 } = require('@schally/nestjs-messenger');
 const { SqlTransport, RedisStreamsTransport } = require('..');
+const { engineOfDsn } = require('../bench/engines');
 const { parseArgs } = require('./args');
 const { Progress } = require('./progress');
 
@@ -46,7 +47,7 @@ async function main() {
   const serializer = new JsonSerializer([OrderPlaced]);
   const queueName = `demo_${process.pid}_${Date.now()}`;
   // The same program on any supported DSN: SQL engines by table queue, Redis by stream.
-  const isRedis = /^rediss?:/.test(options.dsn);
+  const isRedis = engineOfDsn(options.dsn)?.kind === 'redis';
   const make = () =>
     isRedis
       ? new RedisStreamsTransport({ dsn: options.dsn, stream: `messenger:{${queueName}}`, name: 'demo', serializer })

@@ -14,13 +14,13 @@ const {
   JsonSerializer,
   RedeliveryStamp,
   TransportError,
-  TransportMessageIdStamp,
 } = require('@schally/nestjs-messenger');
-const { runTransportConformanceTests, ConformanceMessage } = require('@schally/nestjs-messenger/testing');
 const { RedisStreamsTransport } = require('../..');
-const { uniqueStream } = require('../support/redis');
+const { redis: engine } = require('../support/engines');
 const { startCluster, nodeCommand } = require('../support/redis-cluster');
-const { settleWithin, sleep, pollUntil } = require('../support/transport-helpers');
+const { sleep, pollUntil } = require('../support/transport-helpers');
+const { idOf, fleetHarness } = require('../support/fleet');
+const { conformanceSuite } = require('../shared/conformance.suite');
 
 const STREAM_ID = /^\d+-\d+$/;
 
@@ -37,7 +37,7 @@ let cluster;
 let admin;
 
 beforeAll(async () => {
-  cluster = await startCluster({ masters: 3, firstPort: 7101 });
+  cluster = await startCluster({ masters: 3 });
   admin = cluster.admin();
   await admin.ping();
 }, 90000);
@@ -51,35 +51,25 @@ afterAll(async () => {
 // The core conformance suite, on the cluster (unique tagged streams land on all masters)
 // ---------------------------------------------------------------------------
 
-runTransportConformanceTests({
+conformanceSuite(engine, {
   name: 'RedisStreamsTransport (Redis Cluster)',
-  capabilities: { delayedDelivery: true, listable: true },
-  async createTransport() {
-    const stream = uniqueStream('cluster-conformance');
-    const transport = new RedisStreamsTransport({
-      dsn: cluster.dsn,
-      cluster: true,
-      stream,
-      name: 'conformance',
-      serializer: new JsonSerializer([ConformanceMessage]),
-    });
-    return {
-      transport,
-      cleanup: async () => {
-        await transport.close();
-        await admin.del(stream, `${stream}:delayed`);
-      },
-    };
-  },
+  dsn: () => cluster.dsn,
+  options: { cluster: true },
+  remove: ({ stream }) => admin.del(stream, `${stream}:delayed`),
 });
 
 // ---------------------------------------------------------------------------
 // Per-test resources for the cluster-specific tests
 // ---------------------------------------------------------------------------
 
-let openTransports = [];
-let unsettled = new Map();
 let keys = [];
+
+const { open, ack, reject, receive, startConsumer: consume } = fleetHarness({
+  // One DEL per key: keys of different tests may live on different slots.
+  async cleanup() {
+    for (const key of keys.splice(0)) await admin.del(key);
+  },
+});
 
 function clusterTransport(stream, options = {}) {
   const transport = new RedisStreamsTransport({
@@ -90,88 +80,22 @@ function clusterTransport(stream, options = {}) {
     serializer: new JsonSerializer([ClusterMessage]),
     ...options,
   });
-  openTransports.push(transport);
-  return transport;
+  return open(transport, 'cluster');
 }
-
-function idOf(envelope) {
-  return String(envelope.last(TransportMessageIdStamp).id);
-}
-
-function track(transport, envelope) {
-  if (!unsettled.has(transport)) unsettled.set(transport, new Map());
-  unsettled.get(transport).set(idOf(envelope), envelope);
-}
-
-async function ack(transport, envelope) {
-  await transport.ack(envelope);
-  unsettled.get(transport)?.delete(idOf(envelope));
-}
-
-async function reject(transport, envelope) {
-  await transport.reject(envelope);
-  unsettled.get(transport)?.delete(idOf(envelope));
-}
-
-afterEach(async () => {
-  const failures = [];
-  for (const [transport, envelopes] of unsettled) {
-    for (const envelope of envelopes.values()) await settleWithin(transport.ack(envelope), 2000);
-  }
-  for (const transport of openTransports.splice(0).reverse()) {
-    const outcome = await settleWithin(transport.close(), 5000);
-    if (outcome === 'timeout') failures.push(new Error('close() did not finish within 5 s'));
-    else if (outcome.error) failures.push(outcome.error);
-  }
-  // One DEL per key: keys of different tests may live on different slots.
-  for (const key of keys.splice(0)) await admin.del(key);
-  unsettled = new Map();
-  if (failures.length > 0) throw failures[0];
-}, 30000);
 
 function message(n, ...stamps) {
   return new Envelope(new ClusterMessage(n, `cluster message ${n} ü 🚀`), stamps);
 }
 
-/** Up to `count` envelopes from one get() loop within `timeoutMs`; the loop then ends. */
-async function receive(transport, count, timeoutMs = 5000) {
-  const controller = new AbortController();
-  const timer = setTimeout(() => controller.abort(), timeoutMs);
-  const received = [];
-  try {
-    for await (const envelope of transport.get(controller.signal)) {
-      track(transport, envelope);
-      received.push(envelope);
-      if (received.length >= count) break;
-    }
-  } finally {
-    clearTimeout(timer);
-    controller.abort();
-  }
-  return received;
-}
-
 /** A background get() loop recording (and tracking, not settling) what it receives. */
 function startConsumer(transport, sink) {
-  const controller = new AbortController();
-  const done = (async () => {
-    for await (const envelope of transport.get(controller.signal)) {
-      track(transport, envelope);
-      sink.push({ envelope, at: Date.now(), n: envelope.message.n, id: idOf(envelope) });
-    }
-  })();
+  const consumer = consume(transport, { sink });
   // A failed loop is visible before stop() is awaited.
   let failure;
-  done.catch((error) => {
+  consumer.done.catch((error) => {
     failure = error;
   });
-  return {
-    failure: () => failure,
-    async stop() {
-      controller.abort();
-      await done;
-    },
-  };
+  return { failure: () => failure, stop: () => consumer.stop() };
 }
 
 /** A tagged stream whose slot is owned by the master on `port`. */

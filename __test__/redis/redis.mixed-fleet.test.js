@@ -10,41 +10,47 @@
 
 const { fork } = require('node:child_process');
 const path = require('node:path');
-const {
-  BusNameStamp,
-  DelayStamp,
-  Envelope,
-  ReceivedStamp,
-  RedeliveryStamp,
-  SentStamp,
-  TransportMessageIdStamp,
-} = require('@schally/nestjs-messenger');
+const { DelayStamp, ReceivedStamp, RedeliveryStamp, TransportMessageIdStamp } = require('@schally/nestjs-messenger');
 const { RedisStreamsTransport: UpstreamRedisStreamsTransport } = require('@schally/nestjs-messenger-transport-redis');
 const { RedisStreamsTransport: NativeRedisStreamsTransport } = require('../..');
-const { REDIS_DSN, requireServer } = require('../support/servers');
-const { withRedis, uniqueStream } = require('../support/redis');
-const { settleWithin, sleep, pollUntil } = require('../support/transport-helpers');
-const { FleetMessage, fleetSerializer } = require('../support/redis-fleet-consumer');
+const { redis: engine } = require('../support/engines');
+const { sleep, pollUntil } = require('../support/transport-helpers');
+const { FleetMessage, fleetSerializer, idOf, sendableStamps, outgoing, fleetHarness } = require('../support/fleet');
 
+const REDIS_DSN = engine.dsn;
 const CHILD_SCRIPT = path.join(__dirname, '..', 'support', 'redis-fleet-consumer.js');
 const GROUP = 'messenger';
 const STREAM_ID = /^\d+-\d+$/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const NAMES = { upstream: 'upstream-worker', native: 'native-worker' };
+const withRedis = (use) => engine.admin().withClient(use);
 
 // ---------------------------------------------------------------------------
-// Per-test resources: every transport closed, every child killed, every key deleted.
+// Per-test resources: every child killed, every delivery settled, every transport closed,
+// every key deleted.
 // ---------------------------------------------------------------------------
 
-/** @type {{ transport: any, kind: 'upstream' | 'native' }[]} */
-let openTransports = [];
-/** Deliveries the test has not settled yet, acked in afterEach so close() can finish. */
-let unsettled = new Map();
 let keys = [];
 let children = [];
 
+beforeAll(() => engine.requireServer());
+
+afterEach(() => {
+  for (const child of children.splice(0)) {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  }
+});
+
+const { open, track, ack, reject, receiveTimed: receive, startConsumer: consume } = fleetHarness({
+  cleanup: () => engine.admin().del(keys.splice(0)),
+  // An upstream transport whose close() hangs still holds its ioredis connection.
+  onCloseTimeout: ({ transport, label }) => {
+    if (label === 'upstream') transport.redis?.disconnect();
+  },
+});
+
 function freshStream(prefix) {
-  const stream = uniqueStream(`fleet-${prefix}`);
+  const stream = engine.uniqueStream(`fleet-${prefix}`);
   keys.push(stream, `${stream}:delayed`);
   return stream;
 }
@@ -55,102 +61,15 @@ function make(kind, stream, options = {}) {
     kind === 'upstream'
       ? new UpstreamRedisStreamsTransport({ ...common, pollIntervalMs: 10, ...options })
       : new NativeRedisStreamsTransport({ ...common, ...options });
-  openTransports.push({ transport, kind });
-  return transport;
+  return open(transport, kind);
 }
-
-function idOf(envelope) {
-  const stamp = envelope.last(TransportMessageIdStamp);
-  if (stamp === undefined) throw new Error('envelope has no TransportMessageIdStamp');
-  return stamp.id;
-}
-
-function track(transport, envelope) {
-  if (!unsettled.has(transport)) unsettled.set(transport, new Map());
-  unsettled.get(transport).set(String(idOf(envelope)), envelope);
-}
-
-async function ack(transport, envelope) {
-  await transport.ack(envelope);
-  unsettled.get(transport)?.delete(String(idOf(envelope)));
-}
-
-async function reject(transport, envelope) {
-  await transport.reject(envelope);
-  unsettled.get(transport)?.delete(String(idOf(envelope)));
-}
-
-beforeAll(() => requireServer('redis', REDIS_DSN));
-
-afterEach(async () => {
-  const failures = [];
-  for (const child of children.splice(0)) {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-  }
-  for (const [transport, envelopes] of unsettled) {
-    for (const envelope of envelopes.values()) {
-      await settleWithin(transport.ack(envelope), 2000);
-    }
-  }
-  for (const { transport, kind } of openTransports.splice(0).reverse()) {
-    const outcome = await settleWithin(transport.close(), 5000);
-    if (outcome === 'timeout') {
-      failures.push(new Error(`${kind} close() did not finish within 5 s`));
-      if (kind === 'upstream') transport.redis?.disconnect();
-    } else if (outcome.error) {
-      failures.push(new Error(`${kind} close failed: ${outcome.error.message}`));
-    }
-  }
-  if (keys.length > 0) {
-    const stale = keys.splice(0);
-    await withRedis((redis) => redis.del(...stale));
-  }
-  unsettled = new Map();
-  if (failures.length > 0) throw failures[0];
-}, 30000);
 
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
 
-/** A message with stamps, the way a bus would hand it to a transport. */
-function outgoing(n, text = `message ${n}`, ...extraStamps) {
-  return new Envelope(
-    new FleetMessage(n, text, { origin: 'mixed-fleet', tags: ['a', 'ü', '🚀', 'quote " \\ \n\t'] }),
-    [new BusNameStamp('messenger.bus.default'), new SentStamp('FleetMessage', 'async'), ...extraStamps],
-  );
-}
-
-/** The sendable stamps as they travel (class name + own props, Dates as ISO strings). */
-function sendableStamps(envelope) {
-  const out = [];
-  for (const [type, stamps] of envelope.all()) {
-    if (type === ReceivedStamp || type === TransportMessageIdStamp) continue;
-    for (const stamp of stamps) out.push({ type: type.name, data: JSON.parse(JSON.stringify({ ...stamp })) });
-  }
-  return out;
-}
-
 function withoutRedelivery(stamps) {
   return stamps.filter((s) => s.type !== 'RedeliveryStamp');
-}
-
-/** Up to `count` envelopes from one get() loop within `timeoutMs`; the loop then ends. */
-async function receive(transport, count, timeoutMs = 5000) {
-  const controller = new AbortController();
-  const timer = setTimeout(() => controller.abort(), timeoutMs);
-  const received = [];
-  try {
-    for await (const envelope of transport.get(controller.signal)) {
-      track(transport, envelope);
-      received.push({ envelope, at: Date.now() });
-      if (received.length >= count) break;
-    }
-  } finally {
-    clearTimeout(timer);
-    controller.abort();
-  }
-  return received;
 }
 
 async function receiveOne(transport, timeoutMs = 5000) {
@@ -160,28 +79,11 @@ async function receiveOne(transport, timeoutMs = 5000) {
 }
 
 /**
- * A background get() loop. With `autoAck` every delivery is acked before the next is
- * pulled (like the core Worker); otherwise deliveries are recorded and tracked.
+ * A background get() loop recording into `sink`. With `autoAck` every delivery is acked before
+ * the next is pulled (like the core Worker); otherwise deliveries are tracked until settled.
  */
 function startConsumer(transport, label, sink, { autoAck = false } = {}) {
-  const controller = new AbortController();
-  const done = (async () => {
-    for await (const envelope of transport.get(controller.signal)) {
-      sink.push({ envelope, at: Date.now(), by: label, n: envelope.message.n, id: String(idOf(envelope)) });
-      if (autoAck) {
-        await transport.ack(envelope);
-      } else {
-        track(transport, envelope);
-      }
-    }
-  })();
-  return {
-    async stop() {
-      controller.abort();
-      await done;
-    },
-    done,
-  };
+  return consume(transport, { label, sink, autoAck });
 }
 
 async function streamEntries(stream) {

@@ -13,10 +13,17 @@ const path = require('node:path');
 const { spawnSync } = require('node:child_process');
 const { Redis } = require('ioredis');
 const { RedisStreamsTransport } = require('../..');
-const { REDIS_DSN, requireServer } = require('../support/servers');
-const { uniqueStream } = require('../support/redis');
+const { redis: engine } = require('../support/engines');
 const { startRedisServer } = require('../support/redis-server');
-const { serializer, envelopeOf, idOf, sleep, pollUntil, settleWithin } = require('../support/transport-helpers');
+const {
+  serializer,
+  envelopeOf,
+  idOf,
+  sleep,
+  pollUntil,
+  settleWithin,
+  startAckingConsumer,
+} = require('../support/transport-helpers');
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const CORE = require.resolve('@schally/nestjs-messenger');
@@ -97,25 +104,9 @@ async function expectDrained(stream, timeoutMs = 3000) {
   expect(await streamState(stream)).toEqual({ length: 0, pending: 0 });
 }
 
-/** A background get() loop that records and acks what it gets; `error` if get() threw. */
+/** A background get() loop that records and acks what it gets; `error` if get() threw. Stopped after the test. */
 function startConsumer(t) {
-  const controller = new AbortController();
-  const consumer = { received: [], error: undefined };
-  consumer.ids = () => consumer.received.map((e) => e.message.id);
-  consumer.done = (async () => {
-    try {
-      for await (const envelope of t.get(controller.signal)) {
-        consumer.received.push(envelope);
-        await t.ack(envelope);
-      }
-    } catch (error) {
-      consumer.error = error;
-    }
-  })();
-  consumer.stop = async () => {
-    controller.abort();
-    await consumer.done;
-  };
+  const consumer = startAckingConsumer(t);
   consumers.push(consumer);
   return consumer;
 }
@@ -136,7 +127,7 @@ async function holdOne(t) {
 
 describe('connections dropped by the server (CLIENT KILL TYPE normal)', () => {
   it('a live consumer survives: get() does not throw, acked entries stay acked, new messages arrive', async () => {
-    const stream = uniqueStream('kill');
+    const stream = engine.uniqueStream('kill');
     // A short claimIdleMs: an ack that got lost would come back as a redelivery within the test.
     const t = transport({ stream, claimIdleMs: 500 });
     const consumer = startConsumer(t);
@@ -158,7 +149,7 @@ describe('connections dropped by the server (CLIENT KILL TYPE normal)', () => {
   }, 15000);
 
   it('an ack recorded after the connection was dropped is written by itself (written behind)', async () => {
-    const stream = uniqueStream('kill');
+    const stream = engine.uniqueStream('kill');
     const t = transport({ stream });
     await t.send(envelopeOf('in-flight'));
     const held = await holdOne(t);
@@ -171,7 +162,7 @@ describe('connections dropped by the server (CLIENT KILL TYPE normal)', () => {
   }, 10000);
 
   it('close() after a written-behind ack met a dropped connection writes it and resolves', async () => {
-    const stream = uniqueStream('kill');
+    const stream = engine.uniqueStream('kill');
     const t = transport({ stream });
     await t.send(envelopeOf('in-flight'));
     const held = await holdOne(t);
@@ -185,7 +176,7 @@ describe('connections dropped by the server (CLIENT KILL TYPE normal)', () => {
   }, 10000);
 
   it('the first send after the connection was dropped succeeds', async () => {
-    const stream = uniqueStream('kill');
+    const stream = engine.uniqueStream('kill');
     const t = transport({ stream });
     await t.send(envelopeOf('before'));
     await killClients();
@@ -196,7 +187,7 @@ describe('connections dropped by the server (CLIENT KILL TYPE normal)', () => {
   }, 10000);
 
   it("the first ack (ackMode 'commit') after the connection was dropped succeeds", async () => {
-    const stream = uniqueStream('kill');
+    const stream = engine.uniqueStream('kill');
     const t = transport({ stream, ackMode: 'commit' });
     await t.send(envelopeOf('in-flight'));
     const held = await holdOne(t);
@@ -210,7 +201,7 @@ describe('connections dropped by the server (CLIENT KILL TYPE normal)', () => {
 
 describe('redis-server crash (kill -9) and restart on the same port', () => {
   it('a live consumer rides it out: get() does not throw, acked entries stay acked, new messages arrive', async () => {
-    const stream = uniqueStream('restart');
+    const stream = engine.uniqueStream('restart');
     const t = transport({ stream, claimIdleMs: 500 });
     const consumer = startConsumer(t);
     await xaddMessages(stream, ['a-1', 'a-2', 'a-3']);
@@ -233,7 +224,7 @@ describe('redis-server crash (kill -9) and restart on the same port', () => {
   }, 20000);
 
   it('a message handled while Redis is down is acked once it is back (no redelivery)', async () => {
-    const stream = uniqueStream('restart');
+    const stream = engine.uniqueStream('restart');
     const t = transport({ stream, claimIdleMs: 500 });
     await t.send(envelopeOf('handled-during-outage'));
     const held = await holdOne(t);
@@ -250,7 +241,7 @@ describe('redis-server crash (kill -9) and restart on the same port', () => {
   }, 20000);
 
   it('the first send once Redis is back succeeds', async () => {
-    const stream = uniqueStream('restart');
+    const stream = engine.uniqueStream('restart');
     const t = transport({ stream });
     await t.send(envelopeOf('before'));
     await server.crash();
@@ -262,7 +253,7 @@ describe('redis-server crash (kill -9) and restart on the same port', () => {
   }, 20000);
 
   it('sends while Redis is down fail fast with TransportConnectionError, and succeed again once it is back', async () => {
-    const stream = uniqueStream('restart');
+    const stream = engine.uniqueStream('restart');
     const t = transport({ stream });
     await t.send(envelopeOf('before'));
     await server.crash();
@@ -283,11 +274,11 @@ describe('redis-server crash (kill -9) and restart on the same port', () => {
 });
 
 describe('process exit after close()', () => {
-  beforeAll(() => requireServer('redis', REDIS_DSN));
+  beforeAll(() => engine.requireServer());
 
   /** Runs an async script body in a fresh node process; it must exit by itself. */
   function runChild(body) {
-    const stream = uniqueStream('exit');
+    const stream = engine.uniqueStream('exit');
     const script = `
       const { RedisStreamsTransport } = require(${JSON.stringify(ROOT)});
       const { Envelope, JsonSerializer } = require(${JSON.stringify(CORE)});
@@ -308,13 +299,13 @@ describe('process exit after close()', () => {
       encoding: 'utf8',
       timeout: 10000,
       killSignal: 'SIGKILL',
-      env: { ...process.env, DSN: REDIS_DSN, STREAM: stream },
+      env: { ...process.env, DSN: engine.dsn, STREAM: stream },
     });
     return { ...result, elapsedMs: Date.now() - startedAt, stream };
   }
 
   async function cleanUp(stream) {
-    const redis = new Redis(REDIS_DSN, { maxRetriesPerRequest: 1 });
+    const redis = new Redis(engine.dsn, { maxRetriesPerRequest: 1 });
     try {
       const state = { length: await redis.xlen(stream), delayed: await redis.zcard(`${stream}:delayed`) };
       await redis.del(stream, `${stream}:delayed`);

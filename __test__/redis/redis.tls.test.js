@@ -12,7 +12,7 @@ const {
   TransportConnectionError,
 } = require('@schally/nestjs-messenger');
 const { RedisStreamsTransport } = require('../..');
-const { uniqueStream } = require('../support/redis');
+const { redis: engine } = require('../support/engines');
 const { startRedisServer, makeTlsFiles } = require('../support/redis-server');
 const {
   TestMessage,
@@ -22,7 +22,8 @@ const {
   receiveOne,
   pollUntil,
   settleWithin,
-  errorTexts,
+  failure,
+  expectNoSecret,
 } = require('../support/transport-helpers');
 
 const SECRET = 'tlsSecretPw';
@@ -33,7 +34,7 @@ let otherCaPem;
 const transports = [];
 
 function transport(options) {
-  const t = new RedisStreamsTransport({ stream: uniqueStream('tls'), serializer: serializer(), ...options });
+  const t = new RedisStreamsTransport({ stream: engine.uniqueStream('tls'), serializer: serializer(), ...options });
   transports.push(t);
   return t;
 }
@@ -49,16 +50,6 @@ function inspector() {
   });
   redis.on('error', () => {});
   return redis;
-}
-
-async function failure(start) {
-  const startedAt = Date.now();
-  try {
-    await start();
-  } catch (error) {
-    return { error, elapsedMs: Date.now() - startedAt };
-  }
-  throw new Error('expected the operation to fail');
 }
 
 beforeAll(async () => {
@@ -79,7 +70,7 @@ afterEach(async () => {
 
 describe('rediss:// with the CA in redisOptions.tls.ca', () => {
   it('round-trips immediate, delayed and rejected messages, with the entry stored as usual', async () => {
-    const stream = uniqueStream('tls');
+    const stream = engine.uniqueStream('tls');
     const t = transport({ dsn: `rediss://127.0.0.1:${server.port}`, stream, redisOptions: { tls: { ca: caPem } } });
     const sent = await t.send(envelopeOf('secure', 's'));
     const received = await receiveOne(t);
@@ -138,7 +129,7 @@ describe('rediss:// with the CA in redisOptions.tls.ca', () => {
   });
 
   it('an idle consumer over TLS is woken by a send from another connection', async () => {
-    const stream = uniqueStream('tls');
+    const stream = engine.uniqueStream('tls');
     const consumer = transport({ dsn: `rediss://127.0.0.1:${server.port}`, stream, pollIntervalMs: 5000, redisOptions: { tls: { ca: caPem } } });
     const sender = transport({ dsn: `rediss://localhost:${server.port}`, stream, redisOptions: { tls: { ca: caPem } } });
     const controller = new AbortController();
@@ -181,7 +172,7 @@ describe('rediss:// without a CA that signed the server certificate', () => {
       expect(error).toBeInstanceOf(TransportConnectionError);
       expect(error.message).toMatch(/certificate|tls|ssl/i);
       expect(elapsedMs).toBeLessThan(3000);
-      for (const text of errorTexts(error)) expect(text).not.toContain(SECRET);
+      expectNoSecret(error, SECRET);
     }
   });
 

@@ -23,8 +23,7 @@ const {
   TransportMessageIdStamp,
 } = require('@schally/nestjs-messenger');
 const { RedisStreamsTransport } = require('../..');
-const { REDIS_DSN, requireServer } = require('../support/servers');
-const { uniqueStream } = require('../support/redis');
+const { redis: engine } = require('../support/engines');
 const {
   TestMessage,
   serializer,
@@ -36,8 +35,11 @@ const {
   sleep,
   pollUntil,
   settleWithin,
+  throwsSync,
+  rejectionOf,
 } = require('../support/transport-helpers');
 
+const REDIS_DSN = engine.dsn;
 const ROOT = path.resolve(__dirname, '..', '..');
 const CORE = require.resolve('@schally/nestjs-messenger');
 /** The same server under other DSN strings: a command connection (and wake board) of its own. */
@@ -53,7 +55,7 @@ const consumers = [];
 let redis;
 
 beforeAll(async () => {
-  await requireServer('redis', REDIS_DSN);
+  await engine.requireServer();
   redis = new Redis(REDIS_DSN, { maxRetriesPerRequest: 1 });
 });
 
@@ -69,7 +71,7 @@ afterEach(async () => {
 
 /** A fresh stream key (and its default delayed key), deleted after the test. */
 function freshStream(prefix = 'rt') {
-  const stream = uniqueStream(prefix);
+  const stream = engine.uniqueStream(prefix);
   keys.push(stream, `${stream}:delayed`);
   return stream;
 }
@@ -253,24 +255,6 @@ async function expectDrained(stream, timeoutMs = 2000) {
   expect(await state()).toEqual({ length: 0, pending: 0 });
 }
 
-function thrown(fn) {
-  try {
-    fn();
-  } catch (error) {
-    return error;
-  }
-  throw new Error('expected the call to throw');
-}
-
-async function rejection(promise) {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  throw new Error('expected the promise to reject');
-}
-
 describe('construction and options', () => {
   it('constructs with only dsn and stream: upstream defaults for name, group, consumer, delayKey and serializer', async () => {
     const stream = freshStream();
@@ -382,34 +366,34 @@ describe('construction and options', () => {
       { dsn: REDIS_DSN, stream: 's', connectTimeoutMs: -1 },
     ];
     for (const options of cases) {
-      const error = thrown(() => new RedisStreamsTransport(options));
+      const error = throwsSync(() => new RedisStreamsTransport(options));
       expect({ options, name: error.name }).toEqual({ options, name: 'InvalidArgumentError' });
       expect(error).toBeInstanceOf(InvalidArgumentError);
       expect(error).not.toBeInstanceOf(TransportError);
     }
-    expect(thrown(() => new RedisStreamsTransport({ dsn: REDIS_DSN, stream: 's', claimIdleMs: -1 })).message).toMatch(
+    expect(throwsSync(() => new RedisStreamsTransport({ dsn: REDIS_DSN, stream: 's', claimIdleMs: -1 })).message).toMatch(
       /claimIdleMs/,
     );
-    expect(thrown(() => new RedisStreamsTransport({ dsn: REDIS_DSN, stream: 's', readBatchSize: 0 })).message).toMatch(
+    expect(throwsSync(() => new RedisStreamsTransport({ dsn: REDIS_DSN, stream: 's', readBatchSize: 0 })).message).toMatch(
       /readBatchSize/,
     );
-    expect(thrown(() => new RedisStreamsTransport({ dsn: REDIS_DSN, stream: 's', group: '' })).message).toMatch(/group/);
-    expect(thrown(() => new RedisStreamsTransport({ dsn: REDIS_DSN })).message).toMatch(/stream/);
+    expect(throwsSync(() => new RedisStreamsTransport({ dsn: REDIS_DSN, stream: 's', group: '' })).message).toMatch(/group/);
+    expect(throwsSync(() => new RedisStreamsTransport({ dsn: REDIS_DSN })).message).toMatch(/stream/);
   });
 
   it('rejects a malformed DSN and a scheme other than redis:// or rediss:// with TransportConnectionError', () => {
     for (const dsn of ['', 'not a url', 'redis://', 'redis://127.0.0.1:6379/notadb', undefined]) {
-      const error = thrown(() => new RedisStreamsTransport({ dsn, stream: 's' }));
+      const error = throwsSync(() => new RedisStreamsTransport({ dsn, stream: 's' }));
       expect({ dsn, name: error.name }).toEqual({ dsn, name: 'TransportConnectionError' });
       expect(error).toBeInstanceOf(TransportConnectionError);
       expect(error.message).toMatch(/Redis DSN/);
     }
     for (const dsn of ['http://127.0.0.1:6379', 'postgres://u@127.0.0.1/db', 'valkey://127.0.0.1:6379']) {
-      const error = thrown(() => new RedisStreamsTransport({ dsn, stream: 's' }));
+      const error = throwsSync(() => new RedisStreamsTransport({ dsn, stream: 's' }));
       expect(error).toBeInstanceOf(TransportConnectionError);
       expect(error.message).toContain('redis:// or rediss://');
     }
-    const secret = thrown(() => new RedisStreamsTransport({ dsn: 'http://user:hunter2secret@127.0.0.1:6379', stream: 's' }));
+    const secret = throwsSync(() => new RedisStreamsTransport({ dsn: 'http://user:hunter2secret@127.0.0.1:6379', stream: 's' }));
     expect(secret.message).not.toContain('hunter2secret');
   });
 
@@ -442,7 +426,7 @@ describe('misuse and close()', () => {
   it("throws upstream's TransportError when acking or rejecting an envelope without a TransportMessageIdStamp", async () => {
     const t = transport({ stream: freshStream() });
     for (const settle of [(e) => t.ack(e), (e) => t.reject(e)]) {
-      const error = await rejection(settle(envelopeOf('no-id')));
+      const error = await rejectionOf(settle(envelopeOf('no-id')));
       expect(error).toBeInstanceOf(TransportError);
       expect(error.message).toBe('Cannot ack or reject an envelope without a TransportMessageIdStamp.');
     }
@@ -454,13 +438,13 @@ describe('misuse and close()', () => {
     await t.send(envelopeOf('in-flight'));
     const received = await receiveOne(t);
     const closing = t.close();
-    const during = await rejection(t.send(envelopeOf('during')));
+    const during = await rejectionOf(t.send(envelopeOf('during')));
     expect(during).toBeInstanceOf(TransportError);
     expect(during.message).toBe('Cannot send on a Redis transport that is closing or closed.');
     expect(await settleWithin(closing, 100)).toBe('timeout');
     await t.ack(received);
     await closing;
-    const after = await rejection(t.send(envelopeOf('after')));
+    const after = await rejectionOf(t.send(envelopeOf('after')));
     expect(after).toBeInstanceOf(TransportError);
     expect(after).not.toBeInstanceOf(TransportConnectionError);
     expect(after.message).toBe('Cannot send on a Redis transport that is closing or closed.');
@@ -801,7 +785,7 @@ describe('ack and reject at the Redis level', () => {
   });
 
   it('rejects an unknown ackMode with InvalidArgumentError', () => {
-    const error = thrown(() => new RedisStreamsTransport({ dsn: REDIS_DSN, stream: 's', ackMode: 'later' }));
+    const error = throwsSync(() => new RedisStreamsTransport({ dsn: REDIS_DSN, stream: 's', ackMode: 'later' }));
     expect(error).toBeInstanceOf(InvalidArgumentError);
     expect(error.message).toMatch(/ackMode/);
   });

@@ -10,14 +10,19 @@
 const { Client } = require('pg');
 const { DelayStamp } = require('@schally/nestjs-messenger');
 const { SqlTransport } = require('../..');
-const { POSTGRES_DSN, requireServer, uniqueName } = require('../support/servers');
-const { pgQuery } = require('../support/pg');
-const { TestMessage, serializer, envelopeOf, idOf, pollUntil, closeAll } = require('../support/transport-helpers');
+const { postgres, uniqueName } = require('../support/engines');
+const {
+  TestMessage,
+  serializer,
+  envelopeOf,
+  idOf,
+  pollUntil,
+  expectArrival,
+} = require('../support/transport-helpers');
+const { sqlTable } = require('../support/sql-table');
 
-const TABLE = uniqueName('nmn_ln');
-const transports = [];
-const consumers = [];
-const queues = [];
+const POSTGRES_DSN = postgres.dsn;
+const { TABLE, db, track, queue, consume: startConsumer } = sqlTable(postgres, { dsn: POSTGRES_DSN, prefix: 'nmn_ln' });
 
 /** POSTGRES_DSN with the given scheme and application_name: a DSN string of its own. */
 function dsnFor(scheme, app) {
@@ -26,51 +31,19 @@ function dsnFor(scheme, app) {
 }
 
 function transport({ scheme = 'postgres', app = uniqueName('nmn_app'), ...options }) {
-  const t = new SqlTransport({
-    dsn: dsnFor(scheme, app),
-    tableName: TABLE,
-    serializer: serializer(),
-    ...options,
-  });
-  transports.push(t);
-  return t;
-}
-
-function queue() {
-  const name = uniqueName('q');
-  queues.push(name);
-  return name;
-}
-
-/** A long-running get() loop that records each delivery and when it arrived. */
-function startConsumer(t) {
-  const controller = new AbortController();
-  const arrivals = [];
-  const done = (async () => {
-    for await (const envelope of t.get(controller.signal)) {
-      arrivals.push({ envelope, at: Date.now() });
-    }
-  })();
-  const consumer = {
-    arrivals,
-    /** Resolves the arrivals once there are `count`, or what arrived by the deadline. */
-    async waitFor(count, timeoutMs) {
-      await pollUntil(() => arrivals.length >= count, { timeoutMs, intervalMs: 5 });
-      return arrivals.slice();
-    },
-    async stop() {
-      controller.abort();
-      await done;
-      for (const { envelope } of arrivals) await t.ack(envelope);
-    },
-  };
-  consumers.push(consumer);
-  return consumer;
+  return track(
+    new SqlTransport({
+      dsn: dsnFor(scheme, app),
+      tableName: TABLE,
+      serializer: serializer(),
+      ...options,
+    }),
+  );
 }
 
 /** The pid of the backend that LISTENs on TABLE for the given application_name, if any. */
 async function listenerPid(app) {
-  const { rows } = await pgQuery(
+  const rows = await db.query(
     `SELECT pid FROM pg_stat_activity
       WHERE application_name = $1 AND query LIKE 'LISTEN%' AND query LIKE $2`,
     [app, `%"${TABLE}"%`],
@@ -80,30 +53,12 @@ async function listenerPid(app) {
 
 /** Whether a backend of `app` has run the next-available_at peek (the consumer went idle). */
 async function peeked(app) {
-  const { rows } = await pgQuery(
+  const rows = await db.query(
     "SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND query LIKE '%wait_ms%'",
     [app],
   );
   return rows.length > 0;
 }
-
-beforeAll(async () => {
-  await requireServer('postgres', POSTGRES_DSN);
-  const t = new SqlTransport({ dsn: POSTGRES_DSN, tableName: TABLE });
-  await t.setup();
-  await t.close();
-});
-
-afterEach(async () => {
-  for (const consumer of consumers.splice(0)) await consumer.stop();
-  await closeAll(transports);
-  const names = queues.splice(0);
-  if (names.length > 0) await pgQuery(`DELETE FROM ${TABLE} WHERE queue_name = ANY($1)`, [names]);
-});
-
-afterAll(async () => {
-  await pgQuery(`DROP TABLE IF EXISTS ${TABLE}`);
-});
 
 describe('idle wait bounded by the next available_at', () => {
   it.each([
@@ -123,11 +78,7 @@ describe('idle wait bounded by the next available_at', () => {
 
       const sentAt = Date.now();
       const sent = await t.send(envelopeOf('delayed', '', [new DelayStamp(400)]));
-      const [arrival] = await consumer.waitFor(1, 3000);
-
-      expect(arrival).toBeDefined();
-      expect(idOf(arrival.envelope)).toBe(idOf(sent));
-      const elapsed = arrival.at - sentAt;
+      const { elapsed } = await expectArrival(consumer, sent, sentAt, 3000);
       expect(elapsed).toBeGreaterThanOrEqual(350);
       expect(elapsed).toBeLessThanOrEqual(1500);
     },
@@ -177,7 +128,7 @@ describe('NOTIFY wake-ups', () => {
     expect(arrivals.map((a) => idOf(a.envelope))).toEqual([idOf(own)]);
     expect(arrivals[0].at - sentAt).toBeLessThan(1000);
 
-    const { rows } = await pgQuery(`SELECT delivered_at FROM ${TABLE} WHERE id = $1::bigint`, [idOf(foreign)]);
+    const rows = await db.query(`SELECT delivered_at FROM ${TABLE} WHERE id = $1::bigint`, [idOf(foreign)]);
     expect(rows).toEqual([{ delivered_at: null }]);
   }, 10000);
 
@@ -221,15 +172,13 @@ describe('connection loss', () => {
     const pid = await pollUntil(() => listenerPid(consumerApp), { timeoutMs: 5000 });
     expect(pid).toBeDefined();
 
-    const { rows } = await pgQuery('SELECT pg_terminate_backend($1) AS terminated', [pid]);
+    const rows = await db.query('SELECT pg_terminate_backend($1) AS terminated', [pid]);
     expect(rows[0].terminated).toBe(true);
 
     const sentAt = Date.now();
     const sent = await sender.send(envelopeOf('after-loss'));
-    const [arrival] = await consumer.waitFor(1, 4000);
-    expect(arrival).toBeDefined();
-    expect(idOf(arrival.envelope)).toBe(idOf(sent));
-    expect(arrival.at - sentAt).toBeLessThan(2000);
+    const { elapsed } = await expectArrival(consumer, sent, sentAt, 4000);
+    expect(elapsed).toBeLessThan(2000);
 
     const newPid = await pollUntil(
       async () => {
@@ -250,7 +199,7 @@ describe('connection loss', () => {
     const pid = await pollUntil(() => listenerPid(consumerApp), { timeoutMs: 5000 });
     expect(pid).toBeDefined();
 
-    await pgQuery('SELECT pg_terminate_backend($1)', [pid]);
+    await db.query('SELECT pg_terminate_backend($1)', [pid]);
     const newPid = await pollUntil(
       async () => {
         const current = await listenerPid(consumerApp);
@@ -262,10 +211,8 @@ describe('connection loss', () => {
 
     const sentAt = Date.now();
     const sent = await sender.send(envelopeOf('after-reconnect'));
-    const [arrival] = await consumer.waitFor(1, 3000);
-    expect(arrival).toBeDefined();
-    expect(idOf(arrival.envelope)).toBe(idOf(sent));
-    expect(arrival.at - sentAt).toBeLessThan(1000);
+    const { elapsed } = await expectArrival(consumer, sent, sentAt, 3000);
+    expect(elapsed).toBeLessThan(1000);
   }, 20000);
 
   it('survives its idle pooled connections being terminated', async () => {
@@ -275,7 +222,7 @@ describe('connection loss', () => {
     await t.send(envelopeOf('before'));
     expect(await consumer.waitFor(1, 3000)).toHaveLength(1);
 
-    const { rows } = await pgQuery(
+    const rows = await db.query(
       `SELECT pg_terminate_backend(pid) AS terminated FROM pg_stat_activity
         WHERE application_name = $1 AND query NOT LIKE 'LISTEN%' AND state = 'idle'`,
       [app],

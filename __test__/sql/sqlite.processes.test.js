@@ -11,7 +11,7 @@ const path = require('node:path');
 const { fork } = require('node:child_process');
 const { DelayStamp, TransportMessageIdStamp } = require('@schally/nestjs-messenger');
 const { SqlTransport } = require('../..');
-const { temporarySqliteDsn, uniqueName } = require('../support/servers');
+const { sqlite, uniqueName } = require('../support/engines');
 const { processEnvelope, processMessageSerializer } = require('../support/sqlite-consumer');
 
 const CONSUMER_SCRIPT = path.join(__dirname, '..', 'support', 'sqlite-consumer.js');
@@ -46,7 +46,7 @@ afterEach(async () => {
 }, 20000);
 
 function freshQueue(prefix) {
-  const dsn = temporarySqliteDsn('nmn-proc');
+  const dsn = sqlite.temporaryDsn('nmn-proc');
   directories.push(path.dirname(dsn.slice('sqlite://'.length)));
   return { dsn, queueName: uniqueName(prefix) };
 }

@@ -5,12 +5,10 @@
 // initdb refuses to run as root, so every server command runs as the `postgres` OS user.
 
 const fs = require('node:fs');
-const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const { spawnSync } = require('node:child_process');
-
-const PORT_RANGE = [54329, 54399];
+const { freePort } = require('./ports');
 
 /** The newest `/usr/lib/postgresql/<version>/bin` holding initdb and pg_ctl. */
 function findPgBin() {
@@ -39,26 +37,6 @@ function runAsPostgres(command, args, options = {}) {
     );
   }
   return result;
-}
-
-function portIsFree(port) {
-  return new Promise((resolve) => {
-    const server = net.createServer();
-    server.once('error', () => resolve(false));
-    server.listen({ port, host: '127.0.0.1', exclusive: true }, () => server.close(() => resolve(true)));
-  });
-}
-
-async function freePort() {
-  const [low, high] = PORT_RANGE;
-  // Start at a random offset so parallel test files rarely pick the same port.
-  const span = high - low + 1;
-  const offset = Math.floor(Math.random() * span);
-  for (let i = 0; i < span; i += 1) {
-    const port = low + ((offset + i) % span);
-    if (await portIsFree(port)) return port;
-  }
-  throw new Error(`No free loopback port in ${low}-${high} for a throwaway PostgreSQL cluster.`);
 }
 
 function chownToPostgres(target) {

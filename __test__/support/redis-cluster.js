@@ -8,22 +8,13 @@
 
 const { spawn, execFile } = require('node:child_process');
 const fs = require('node:fs');
-const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const { Redis, Cluster } = require('ioredis');
+const { freePortPair } = require('./ports');
 
 const SLOTS = 16384;
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Resolves true when `port` can be bound on 127.0.0.1 right now. */
-function portFree(port) {
-  return new Promise((resolve) => {
-    const server = net.createServer();
-    server.once('error', () => resolve(false));
-    server.listen({ host: '127.0.0.1', port, exclusive: true }, () => server.close(() => resolve(true)));
-  });
-}
 
 function run(file, args, timeoutMs) {
   return new Promise((resolve, reject) => {
@@ -81,7 +72,7 @@ async function slotMap(port) {
  * Starts a cluster of `masters` nodes. Resolves to a handle:
  * `{ ports, seedPort, dsn, nodes: [{ port, id }], dir, stop(), … helpers }`.
  */
-async function startCluster({ masters = 3, firstPort = 7101, readyTimeoutMs = 30000 } = {}) {
+async function startCluster({ masters = 3, readyTimeoutMs = 30000 } = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nmn-redis-cluster-'));
   /** @type {{ port: number, child: import('node:child_process').ChildProcess, id?: string }[]} */
   const nodes = [];
@@ -117,10 +108,13 @@ async function startCluster({ masters = 3, firstPort = 7101, readyTimeoutMs = 30
     fs.rmSync(dir, { recursive: true, force: true });
   }
 
-  /** Spawns one node on a free port (and bus port); resolves once it answers PING. */
-  async function spawnNode(startAt) {
-    for (let port = startAt; port < startAt + 400; port += 1) {
-      if (!(await portFree(port)) || !(await portFree(port + 10000))) continue;
+  /**
+   * Spawns one node on a port picked at run time whose bus port (+10000) is free too;
+   * resolves once it answers PING.
+   */
+  async function spawnNode() {
+    for (let attempt = 0; attempt < 20; attempt += 1) {
+      const port = await freePortPair(10000);
       const child = spawn(
         'redis-server',
         [
@@ -152,15 +146,11 @@ async function startCluster({ masters = 3, firstPort = 7101, readyTimeoutMs = 30
       }
       nodes.splice(nodes.indexOf(node), 1);
     }
-    throw new Error(`no free port pair found from ${startAt}`);
+    throw new Error('no redis-server node could be started on a free port pair');
   }
 
   try {
-    let next = firstPort;
-    for (let i = 0; i < masters; i += 1) {
-      const node = await spawnNode(next);
-      next = node.port + 1;
-    }
+    for (let i = 0; i < masters; i += 1) await spawnNode();
     await run(
       'redis-cli',
       ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'],

@@ -17,25 +17,9 @@
 //   child → parent  { type: 'claimed', id, n }        first delivery, held forever, never acked
 //   child → parent  { type: 'error', message, stack } then exit code 1
 
-const { JsonSerializer, TransportMessageIdStamp } = require('@schally/nestjs-messenger');
-
-/** The message class the parent and the children register (same constructor name on both). */
-class FleetMessage {
-  /**
-   * @param {number} n
-   * @param {string} [text]
-   * @param {Record<string, unknown>} [meta]
-   */
-  constructor(n, text = '', meta = {}) {
-    this.n = n;
-    this.text = text;
-    this.meta = meta;
-  }
-}
-
-function fleetSerializer() {
-  return new JsonSerializer([FleetMessage]);
-}
+const { TransportMessageIdStamp } = require('@schally/nestjs-messenger');
+// The message class the parent registers too (one class for both sides of every mixed fleet).
+const { fleetSerializer } = require('./fleet');
 
 function makeTransport(impl, options) {
   if (impl === 'upstream') {
@@ -88,5 +72,3 @@ if (require.main === module) {
     if (process.connected) process.disconnect();
   });
 }
-
-module.exports = { FleetMessage, fleetSerializer };

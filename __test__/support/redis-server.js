@@ -9,6 +9,7 @@ const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const { spawn, execFileSync } = require('node:child_process');
+const { freePort } = require('./ports');
 
 const live = new Set();
 process.once('exit', () => {
@@ -20,18 +21,6 @@ process.once('exit', () => {
     }
   }
 });
-
-/** A TCP port that was free a moment ago on 127.0.0.1. */
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 function canConnect(port) {
   return new Promise((resolve) => {
@@ -163,4 +152,4 @@ function makeTlsFiles({ subjectAltName = 'IP:127.0.0.1,DNS:localhost' } = {}) {
   };
 }
 
-module.exports = { freePort, waitForPort, startRedisServer, makeTlsFiles };
+module.exports = { waitForPort, startRedisServer, makeTlsFiles };

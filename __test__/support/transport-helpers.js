@@ -1,10 +1,11 @@
 'use strict';
 
-// Small helpers shared by the SqlTransport test files: receiving with a deadline, polling a
-// condition, closing without letting one failed test hang the next, secret-leak checks.
+// Small helpers shared by the transport test files and suites: receiving with a deadline,
+// background consumers, polling a condition, closing without letting one failed test hang the
+// next, expected failures, secret-leak checks.
 
 const util = require('node:util');
-const { Envelope, JsonSerializer, TransportMessageIdStamp } = require('@schally/nestjs-messenger');
+const { DelayStamp, Envelope, JsonSerializer, TransportMessageIdStamp } = require('@schally/nestjs-messenger');
 
 /** The message class the transport tests send. */
 class TestMessage {
@@ -24,6 +25,23 @@ function serializer() {
 
 function envelopeOf(id, payload = '', stamps = []) {
   return new Envelope(new TestMessage(id, payload), stamps);
+}
+
+/**
+ * Every operation of a transport that reaches its server or file, by name, for "each fails the
+ * same way" tables. `findId` is an id of the engine's form; `delayed` adds a delayed send (a
+ * different write on Redis).
+ */
+function transportOperations({ findId = '1', delayed = false } = {}) {
+  return [
+    ['send', (t) => t.send(envelopeOf('x'))],
+    ...(delayed ? [['delayed send', (t) => t.send(envelopeOf('x').with(new DelayStamp(1000)))]] : []),
+    ['setup', (t) => t.setup()],
+    ['get', (t) => t.get(new AbortController().signal).next()],
+    ['list', (t) => t.list().next()],
+    ['find', (t) => t.find(findId)],
+    ['getMessageCount', (t) => t.getMessageCount()],
+  ];
 }
 
 /** The envelope's TransportMessageIdStamp id, as a string. */
@@ -110,6 +128,109 @@ async function closeAll(transports) {
   await Promise.all(pending.map((t) => settleWithin(t.close(), 5000)));
 }
 
+/**
+ * A long-running get() loop that records each delivery and when it arrived; `stop()` aborts
+ * it and acks what it got (so close() can finish).
+ */
+function startConsumer(t) {
+  const controller = new AbortController();
+  const arrivals = [];
+  const done = (async () => {
+    for await (const envelope of t.get(controller.signal)) {
+      arrivals.push({ envelope, at: Date.now() });
+    }
+    return 'ended';
+  })();
+  return {
+    arrivals,
+    done,
+    /** The arrivals once there are `count`, or what arrived by the deadline. */
+    async waitFor(count, timeoutMs) {
+      await pollUntil(() => arrivals.length >= count, { timeoutMs, intervalMs: 5 });
+      return arrivals.slice();
+    },
+    async stop() {
+      controller.abort();
+      await settleWithin(done, 5000);
+      for (const { envelope } of arrivals.splice(0)) await t.ack(envelope).catch(() => {});
+    },
+  };
+}
+
+/**
+ * Asserts (jest) that the first arrival at `consumer` (of startConsumer) within `timeoutMs` is
+ * `sent`; resolves it and how many ms after `sentAt` it came.
+ */
+async function expectArrival(consumer, sent, sentAt, timeoutMs) {
+  const [arrival] = await consumer.waitFor(1, timeoutMs);
+  expect(arrival).toBeDefined();
+  expect(idOf(arrival.envelope)).toBe(idOf(sent));
+  return { arrival, elapsed: arrival.at - sentAt };
+}
+
+/**
+ * A background get() loop that records what it yields (`received`, `ids()`) and acks it, like
+ * the core Worker; `error` is set if get() threw (the loop then ends).
+ */
+function startAckingConsumer(t) {
+  const controller = new AbortController();
+  const consumer = { received: [], error: undefined };
+  consumer.ids = () => consumer.received.map((e) => e.message.id);
+  consumer.done = (async () => {
+    try {
+      for await (const envelope of t.get(controller.signal)) {
+        consumer.received.push(envelope);
+        await t.ack(envelope);
+      }
+    } catch (error) {
+      consumer.error = error;
+    }
+  })();
+  consumer.stop = async () => {
+    controller.abort();
+    await consumer.done;
+  };
+  return consumer;
+}
+
+/** Drains an async iterable into an array. */
+async function collect(iterable) {
+  const items = [];
+  for await (const item of iterable) items.push(item);
+  return items;
+}
+
+/** The error `promise` rejects with (it must reject). */
+async function rejectionOf(promise) {
+  try {
+    await promise;
+  } catch (error) {
+    return error;
+  }
+  throw new Error('expected the promise to reject');
+}
+
+/** The error `fn` throws (it must throw). */
+function throwsSync(fn) {
+  try {
+    fn();
+  } catch (error) {
+    return error;
+  }
+  throw new Error('expected the call to throw');
+}
+
+/** Runs `start()`, which must reject; resolves `{ error, elapsedMs }`. */
+async function failure(start) {
+  const startedAt = Date.now();
+  try {
+    await start();
+  } catch (error) {
+    return { error, elapsedMs: Date.now() - startedAt };
+  }
+  throw new Error('expected the operation to fail');
+}
+
 /** Every text a logger could print for `error`: String(), message, stack, inspect, causes. */
 function errorTexts(error) {
   const texts = [String(error), util.inspect(error, { depth: 10, showHidden: true })];
@@ -125,10 +246,19 @@ function errorTexts(error) {
   return texts;
 }
 
+/** Asserts (jest) that no text a logger could print for `error` contains any of `secrets`. */
+function expectNoSecret(error, ...secrets) {
+  const texts = errorTexts(error);
+  for (const secret of secrets) {
+    for (const text of texts) expect(text).not.toContain(secret);
+  }
+}
+
 module.exports = {
   TestMessage,
   serializer,
   envelopeOf,
+  transportOperations,
   idOf,
   receiveUpTo,
   receiveWithin,
@@ -137,5 +267,13 @@ module.exports = {
   pollUntil,
   settleWithin,
   closeAll,
+  startConsumer,
+  expectArrival,
+  startAckingConsumer,
+  collect,
+  rejectionOf,
+  throwsSync,
+  failure,
   errorTexts,
+  expectNoSecret,
 };

@@ -1,0 +1,32 @@
+'use strict';
+
+// Transports of one implementation ('native' or 'upstream') on one engine of the registry, as
+// an app would build them (default options), for the workloads.
+
+const { ENGINES, sqlite, uniqueName } = require('./engines');
+const { serializer } = require('./message');
+
+/** A table/queue/stream name of its own for one run. */
+const freshName = uniqueName;
+
+let sqliteFile;
+/** The one SQLite file of this benchmark process. */
+function sqliteDsn() {
+  sqliteFile ??= sqlite.temporaryDsn('nmn-bench');
+  return sqliteFile;
+}
+
+/** Builds transports of one implementation on one engine, all on the same queue. */
+function transportFactory(engine, impl, queue) {
+  const native = require('..');
+  if (ENGINES[engine].kind === 'redis') {
+    const RedisStreamsTransport =
+      impl === 'native' ? native.RedisStreamsTransport : require('@schally/nestjs-messenger-transport-redis').RedisStreamsTransport;
+    return () => new RedisStreamsTransport({ dsn: ENGINES.redis.dsn, stream: queue, name: 'bench', serializer: serializer() });
+  }
+  const SqlTransport = impl === 'native' ? native.SqlTransport : require('@schally/nestjs-messenger-transport-sql').SqlTransport;
+  const dsn = engine === 'sqlite' ? sqliteDsn() : ENGINES[engine].dsn;
+  return () => new SqlTransport({ dsn, queueName: queue, name: 'bench', serializer: serializer() });
+}
+
+module.exports = { freshName, transportFactory, sqliteDsn };
