@@ -179,7 +179,9 @@ impl Engine for RedisQueue {
 
     fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
-            let ids = self.with_reconnect(|| self.insert_once(&messages)).await?;
+            // Not repeated: a pipeline whose reply was lost may have been stored (insert_once
+            // says so in its error); getting a connection is retried inside `conn`.
+            let ids = self.insert_once(&messages).await?;
             if let Some(earliest) = messages
                 .iter()
                 .filter(|m| m.delay_ms > 0.0)

@@ -18,9 +18,25 @@ static REDELIVER: LazyLock<Script> =
 
 impl RedisQueue {
     /// One attempt at storing a batch: due messages in one pipeline of XADDs, delayed ones
-    /// through the script that scores them on Redis's clock.
+    /// through the script that scores them on Redis's clock. A connection lost once the
+    /// commands went out leaves their outcome unknown: the error says they may have been
+    /// stored, and nothing is sent again.
     pub(super) async fn insert_once(&self, messages: &[NewMessage]) -> Result<Vec<String>> {
         let mut conn = self.conn("send").await?;
+        let sent = |e: &redis::RedisError| {
+            let error = self.err("send", e);
+            if error.is_transient_connection() {
+                Error {
+                    message: format!(
+                        "{} (the connection was lost with the outcome unknown: the messages may have been stored; they were not sent again)",
+                        error.message
+                    ),
+                    ..error
+                }
+            } else {
+                error
+            }
+        };
         let mut ids: Vec<Option<String>> = vec![None; messages.len()];
         let mut pipe = redis::pipe();
         let mut immediate = Vec::new();
@@ -37,10 +53,7 @@ impl RedisQueue {
             }
         }
         if !immediate.is_empty() {
-            let added: Vec<String> = pipe
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| self.err("send", &e))?;
+            let added: Vec<String> = pipe.query_async(&mut conn).await.map_err(|e| sent(&e))?;
             for (slot, id) in immediate.into_iter().zip(added) {
                 ids[slot] = Some(id);
             }
@@ -55,7 +68,7 @@ impl RedisQueue {
                     .arg(member)
                     .invoke_async::<i64>(&mut conn)
                     .await
-                    .map_err(|e| self.err("send", &e))?;
+                    .map_err(|e| sent(&e))?;
                 ids[i] = Some(nonce);
             }
         }

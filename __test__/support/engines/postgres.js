@@ -293,9 +293,6 @@ const postgres = {
    * they stay out until the product catches up (reported with issue 8's test work).
    */
   openIssues: {
-    'redelivers after redeliverTimeoutSeconds 1, not before':
-      "an idle consumer waiting on LISTEN is not woken when a claimed row's lease expires (DESIGN §4, faults): " +
-      'it sleeps until a notification or getNotifyTimeoutMs, past the 4 s this case allows',
     'makes no copy when the crashed instance rejects a message the reaper already acked':
       "under load (about 1 run in 5; alone it passes) the stale instance's reject has left a copy " +
       "(RedeliveryStamp 1) after the reaper's write-behind ack; settles should be fenced by their claim (DESIGN §4, faults)",
