@@ -187,6 +187,15 @@ describe('failed commands on a live server', () => {
     expect(await redis.get(stream)).toBe('not a stream');
   });
 
+  it('fails with TransportConnectionError, not a generic error, when the DSN names a database the server does not have', async () => {
+    const url = new URL(REDIS_DSN);
+    url.pathname = '/99999';
+    const t = transport({ dsn: url.toString(), stream: freshStream() });
+    const { error } = await failure(() => t.send(envelopeOf('no such database')));
+    expect(error).toBeInstanceOf(TransportConnectionError);
+    expect(error.message).toContain('DB index is out of range');
+  });
+
   it('maps a WRONGTYPE delayed key to TransportError: from a delayed send, and from get() (promotion); both work once fixed', async () => {
     const stream = freshStream();
     await redis.set(`${stream}:delayed`, 'oops');

@@ -21,6 +21,7 @@ pub(super) fn classify(err: &redis::RedisError) -> ErrorKind {
         || err.is_timeout()
         || err.is_connection_dropped()
         || is_refusal(err)
+        || is_bad_database(err)
         || err.is_cluster_error()
         // LOADING: a restarted server still reading its data; it answers in a moment.
         || err.code() == Some("LOADING")
@@ -31,11 +32,18 @@ pub(super) fn classify(err: &redis::RedisError) -> ErrorKind {
     }
 }
 
-/// Refused credentials: trying again will not cure them.
+/// Refused credentials, or a database number the server does not have: trying again will
+/// not cure them.
 fn is_refusal(err: &redis::RedisError) -> bool {
     err.kind() == redis::ErrorKind::AuthenticationFailed
         || err.code() == Some("NOAUTH")
         || err.code() == Some("WRONGPASS")
+        || is_bad_database(err)
+}
+
+/// `SELECT n` refused: the DSN names a database number out of the server's range.
+fn is_bad_database(err: &redis::RedisError) -> bool {
+    err.to_string().contains("DB index is out of range")
 }
 
 impl RedisShared {

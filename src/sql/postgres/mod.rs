@@ -92,6 +92,17 @@ impl SqlDialect for Postgres {
         errors::describe(err)
     }
 
+    /// PostgreSQL text cannot hold NUL: such a message is refused alone, before it is queued,
+    /// instead of failing every send it would be written with.
+    fn check_message(_queue: &TableQueue<Self>, message: &NewMessage) -> Result<()> {
+        if message.body.contains('\0') || message.headers.contains('\0') {
+            return Err(crate::error::Error::invalid_argument(
+                "PostgreSQL transport cannot store a message whose encoded body or headers contain the NUL character (\\u0000); PostgreSQL text does not allow it.",
+            ));
+        }
+        Ok(())
+    }
+
     fn push_ready(queue: &TableQueue<Self>) -> bool {
         queue
             .target
