@@ -11,7 +11,7 @@
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
-const { spawn, spawnSync } = require('node:child_process');
+const { execFile, spawn, spawnSync } = require('node:child_process');
 const { freePort, waitForPort, startRedisServer } = require('../../support/redis-server');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -55,6 +55,20 @@ function runAs(user, command, args, { timeout = 60_000 } = {}) {
   return result;
 }
 
+/** runAs, without blocking the event loop (the load of a scenario goes on meanwhile). */
+function runAsAsync(user, command, args, { timeout = 60_000 } = {}) {
+  const [file, argv] = isRoot ? ['runuser', ['-u', user, '--', command, ...args]] : [command, args];
+  return new Promise((resolve, reject) => {
+    execFile(file, argv, { encoding: 'utf8', timeout }, (error, stdout, stderr) => {
+      if (error) {
+        reject(new Error(`${path.basename(command)} failed (${error.code ?? error.signal ?? error.message}):\n${stdout}\n${stderr}`));
+      } else {
+        resolve({ stdout, stderr });
+      }
+    });
+  });
+}
+
 function requireBinary(file, how) {
   if (!fs.existsSync(file)) throw new Error(`${file} not found: the fault tests need it. ${how}`);
 }
@@ -77,6 +91,7 @@ async function startPostgres() {
   const data = path.join(dir, 'data');
   const log = path.join(dir, 'server.log');
   const pgCtl = (args, options) => runAs('postgres', path.join(PG_BIN, 'pg_ctl'), ['-D', data, ...args], options);
+  const pgCtlAsync = (args, options) => runAsAsync('postgres', path.join(PG_BIN, 'pg_ctl'), ['-D', data, ...args], options);
   runAs('postgres', path.join(PG_BIN, 'initdb'), [
     '-D', data, '-U', 'postgres', '--auth=trust', '--no-sync', '--no-instructions', '-E', 'UTF8', '--locale=C',
   ]);
@@ -95,7 +110,7 @@ async function startPostgres() {
   exitHooks.add(hook);
 
   const start = async () => {
-    pgCtl([
+    await pgCtlAsync([
       '-l', log, '-w', '-t', '30',
       '-o', `-c listen_addresses=127.0.0.1 -p ${port} -k ${dir} -c fsync=off -c max_connections=200`,
       'start',
@@ -142,17 +157,17 @@ async function startPostgres() {
     /** `pg_ctl stop -m fast`, `downMs` down, start again on the same port. */
     async restart({ downMs = 0 } = {}) {
       if (downMs === 0) {
-        pgCtl(['-l', log, '-m', 'fast', '-w', '-t', '30', 'restart']);
+        await pgCtlAsync(['-l', log, '-m', 'fast', '-w', '-t', '30', 'restart']);
         return;
       }
-      pgCtl(['-m', 'fast', '-w', '-t', '30', 'stop']);
+      await pgCtlAsync(['-m', 'fast', '-w', '-t', '30', 'stop']);
       running = false;
       await sleep(downMs);
       await start();
     },
     /** The postmaster and every backend die at once (`pg_ctl stop -m immediate`). */
     async crash() {
-      pgCtl(['-m', 'immediate', '-w', 'stop']);
+      await pgCtlAsync(['-m', 'immediate', '-w', 'stop']);
       running = false;
     },
     start,
