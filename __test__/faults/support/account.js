@@ -143,6 +143,37 @@ class LoadRun {
     return records;
   }
 
+  /** A producer of the run that is not driven by startProducers() (for probes). */
+  addProducer(transport, name) {
+    const producer = { transport, name, n: 0, stopping: true };
+    this.producers.push(producer);
+    producer.loop = Promise.resolve();
+    return producer;
+  }
+
+  /**
+   * Sends one message on `producer` and waits (at most `timeoutMs`) for a consumer of the run
+   * to yield it. Resolves `{ key, sendMs, yieldMs }`: yieldMs from the send() call to the
+   * yield (undefined if it was not delivered in time, or the send failed).
+   */
+  async probe(producer, timeoutMs = 5000) {
+    const { record, promise } = this.send(producer);
+    await settleWithin(promise, timeoutMs);
+    const deadline = record.startedAt + timeoutMs;
+    let delivery;
+    while (Date.now() < deadline) {
+      delivery = this.deliveries.find((d) => d.key === record.key);
+      if (delivery !== undefined) break;
+      await sleep(2);
+    }
+    return {
+      key: record.key,
+      outcome: record.outcome,
+      sendMs: record.settledAt === undefined ? undefined : record.settledAt - record.startedAt,
+      yieldMs: delivery === undefined ? undefined : delivery.at - record.startedAt,
+    };
+  }
+
   // -------------------------------------------------------------------------------------------
   // Consumers
   // -------------------------------------------------------------------------------------------

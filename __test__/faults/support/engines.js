@@ -19,7 +19,7 @@ function uniqueQueue(engine, prefix = 'fault') {
  * Options of the transport under test for `engine`.
  * @param {'postgres' | 'mariadb' | 'sqlite' | 'redis'} engine
  * @param {{ dsn: string, queue: string, name?: string, ackMode?: string, leaseMs?: number,
- *   connectTimeoutMs?: number, pollIntervalMs?: number, getNotifyTimeoutMs?: number,
+ *   connectTimeoutMs?: number, pollIntervalMs?: number, getNotifyTimeoutMs?: number, useNotify?: boolean,
  *   consumer?: string }} o
  */
 function transportOptions(engine, o) {
@@ -44,6 +44,7 @@ function transportOptions(engine, o) {
     queueName: o.queue,
     ...(o.leaseMs !== undefined && { redeliverTimeoutSeconds: o.leaseMs / 1000 }),
     ...(engine === 'postgres' && o.getNotifyTimeoutMs !== undefined && { getNotifyTimeoutMs: o.getNotifyTimeoutMs }),
+    ...(engine === 'postgres' && o.useNotify !== undefined && { useNotify: o.useNotify }),
   };
 }
 
