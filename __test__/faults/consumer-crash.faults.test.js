@@ -1,0 +1,185 @@
+'use strict';
+
+// Fault scenario 1 (issue 9): kill -9 of a consumer process that holds a message in flight and
+// the rest of its claim prefetched, in both ack modes, with a 2 s lease (redeliverTimeoutSeconds
+// 2 on SQL, claimIdleMs 2000 on Redis). A surviving consumer in this process drains everything
+// else first and is idle when the kill comes, so only the lease (not a send, not a poll of new
+// work) can bring the dead consumer's rows back to it.
+//
+// Expected: every confirmed message is delivered (acked by the dead consumer before it died, or
+// delivered to the survivor); the rows the dead consumer held come back within the lease + 5 s
+// of the kill (an idle wait capped at getNotifyTimeoutMs, 60 s, fails this); nothing is left in
+// storage at the end.
+
+const path = require('node:path');
+const fs = require('node:fs');
+const { fork } = require('node:child_process');
+const { startServer } = require('./support/servers');
+const { makeTransport, uniqueQueue } = require('./support/engines');
+const { LoadRun, violations, summary, sleep, settleWithin } = require('./support/account');
+const { temporarySqliteDsn } = require('../support/servers');
+
+const CHILD = path.join(__dirname, 'support', 'crash-consumer.js');
+const LEASE_MS = 2000;
+const COME_BACK_BOUND_MS = LEASE_MS + 5000;
+const MESSAGES = 60;
+const ACK_FIRST = 3;
+
+const children = new Set();
+process.once('exit', () => {
+  for (const child of children) child.kill('SIGKILL');
+});
+
+/** A private SQLite file (no server), with the interface of support/servers.js. */
+function sqliteServer() {
+  const dsn = temporarySqliteDsn('nmn-fault-sqlite');
+  return { engine: 'sqlite', dsn, stop: async () => fs.rmSync(path.dirname(dsn.slice('sqlite://'.length)), { recursive: true, force: true }) };
+}
+
+/** Forks the crash consumer; `ready`, `holding`, `exited` are promises, `acked` grows. */
+function forkChild(engine, options) {
+  const child = fork(CHILD, [], {
+    cwd: path.join(__dirname, '..', '..'),
+    execArgv: [],
+    silent: true,
+    env: {
+      ...process.env,
+      FAULT_ENGINE: engine,
+      FAULT_OPTIONS: JSON.stringify(options),
+      FAULT_ACK_FIRST: String(ACK_FIRST),
+    },
+  });
+  children.add(child);
+  const state = { child, got: [], acked: [], output: '', error: undefined };
+  child.stdout.on('data', (chunk) => (state.output += chunk));
+  child.stderr.on('data', (chunk) => (state.output += chunk));
+  let onReady;
+  let onHolding;
+  state.ready = new Promise((resolve) => (onReady = resolve));
+  state.holding = new Promise((resolve) => (onHolding = resolve));
+  state.exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve(signal ?? code)));
+  state.exited.then(() => children.delete(child));
+  child.on('message', (message) => {
+    if (message.type === 'ready') onReady();
+    if (message.type === 'got') state.got.push(message);
+    if (message.type === 'acked') state.acked.push({ ...message, at: Date.now() });
+    if (message.type === 'holding') onHolding(message);
+    if (message.type === 'error') state.error = message;
+  });
+  return state;
+}
+
+async function within(promise, ms, what, state) {
+  const result = await settleWithin(promise, ms);
+  if (result.timeout) {
+    throw new Error(`the child consumer did not ${what} within ${ms} ms: ${state.error?.message ?? ''}\n${state.output}`);
+  }
+  return result.value;
+}
+
+/** Keys of what is still stored in the queue (pending/claimed included). */
+async function residue(engine, options) {
+  const inspector = makeTransport(engine, options);
+  try {
+    const keys = [];
+    for await (const envelope of inspector.list(1000)) keys.push(envelope.message.key);
+    return keys;
+  } finally {
+    await settleWithin(inspector.close(), 5000);
+  }
+}
+
+describe.each(['postgres', 'mariadb', 'sqlite', 'redis'])('%s: kill -9 of a consumer process', (engine) => {
+  let server;
+  let run;
+  let state;
+
+  beforeAll(async () => {
+    server = engine === 'sqlite' ? sqliteServer() : await startServer(engine);
+  }, 120_000);
+
+  afterEach(async () => {
+    if (state && state.child.exitCode === null && state.child.signalCode === null) {
+      state.child.kill('SIGKILL');
+      await state.exited;
+    }
+    if (run) await run.close({ boundMs: 3000 });
+    run = undefined;
+    state = undefined;
+  }, 20_000);
+
+  afterAll(async () => {
+    await server?.stop();
+  }, 60_000);
+
+  it.each(['write-behind', 'commit'])(
+    `ackMode %s: every confirmed message is delivered, the dead consumer's rows come back within the lease + 5 s`,
+    async (ackMode) => {
+      const queue = uniqueQueue(engine, 'crash');
+      const base = { dsn: server.dsn, queue, ackMode, leaseMs: LEASE_MS, connectTimeoutMs: 2000 };
+      const producer = makeTransport(engine, base);
+      const survivor = makeTransport(engine, base);
+      await producer.setup();
+      run = new LoadRun({ producers: [producer], consumers: [survivor], opBoundMs: 10_000 });
+      await run.sendBatch(MESSAGES);
+
+      state = forkChild(engine, { ...base, ...(engine === 'redis' && { consumer: `doomed-${process.pid}` }) });
+      await within(state.ready, 20_000, 'start', state);
+      state.child.send({ type: 'start' });
+      const holding = await within(state.holding, 20_000, 'hold a message', state);
+      for (const acked of state.acked) run.recordDelivery({ key: acked.key, id: acked.id, consumer: 'child', at: acked.at });
+
+      // The survivor takes everything else, then idles.
+      run.startConsumers();
+      await run.waitQuiet(800, 15_000);
+      const confirmed = run.sends.filter((s) => s.outcome === 'confirmed').map((s) => s.key);
+      const doneBeforeKill = new Set(run.deliveries.map((d) => d.key));
+      const held = confirmed.filter((key) => !doneBeforeKill.has(key));
+
+      const killAt = Date.now();
+      state.child.kill('SIGKILL');
+      await state.exited;
+
+      // Wait for the held rows (bounded: a little past the bound, to report how late they were).
+      const deadline = killAt + COME_BACK_BOUND_MS + 5000;
+      const backAt = () => {
+        const first = new Map();
+        for (const d of run.deliveries) if (d.consumer !== 'child' && !first.has(d.key)) first.set(d.key, d.at);
+        return first;
+      };
+      while (Date.now() < deadline && held.some((key) => !backAt().has(key))) await sleep(50);
+      const back = backAt();
+      const lateness = held.map((key) => (back.has(key) ? back.get(key) - killAt : undefined));
+      const notBack = held.filter((key) => !back.has(key));
+      const slowest = Math.max(0, ...lateness.filter((ms) => ms !== undefined));
+
+      await run.waitDelivered(1000);
+      await run.stopConsumers({ boundMs: 5000 });
+      await run.close({ boundMs: 5000 });
+      const account = run.account();
+      run = undefined;
+      const left = await residue(engine, base);
+      console.log(
+        `${summary(`consumer-crash ${engine} ${ackMode}`, account)}\n` +
+          `child acked ${state.acked.length}, held ${held.length} (in flight: ${holding.key}); ` +
+          `back after the kill in ${notBack.length === 0 ? `${slowest} ms` : `— ${notBack.length} not back after ${deadline - killAt} ms`}; ` +
+          `left in storage: ${left.length}`,
+      );
+
+      const broken = violations(account, { allowedRejections: [], stopBoundMs: 5000, closeBoundMs: 5000, getMustRideThrough: true });
+      if (held.length < 2) {
+        broken.push(`the dead consumer held ${held.length} message(s): the scenario needs one in flight and some prefetched`);
+      }
+      if (notBack.length > 0) {
+        broken.push(
+          `${notBack.length} of the ${held.length} messages the dead consumer held were not back ${deadline - killAt} ms after the kill (bound ${COME_BACK_BOUND_MS} ms)`,
+        );
+      } else if (slowest > COME_BACK_BOUND_MS) {
+        broken.push(`the dead consumer's messages came back ${slowest} ms after the kill (bound ${COME_BACK_BOUND_MS} ms)`);
+      }
+      if (left.length > 0) broken.push(`${left.length} message(s) left in storage at the end: ${left.slice(0, 5).join(', ')}`);
+      expect(broken).toEqual([]);
+    },
+    60_000,
+  );
+});

@@ -1,0 +1,82 @@
+'use strict';
+
+// Fault scenario 3 (issue 9): the server restarts under load — PostgreSQL `pg_ctl stop -m fast`
+// then start, MariaDB orderly shutdown then start, Redis kill -9 then start with its
+// fsync-always AOF — each down for DOWN_MS, on a private server of the suite's own.
+//
+// Expected (DESIGN.md, "Faults"): nothing confirmed is lost (the leases are left at their
+// defaults, so a row or entry left hidden behind a lost claim reply shows up as lost); every send
+// made during the outage resolves, or rejects with TransportConnectionError within
+// connectTimeoutMs (+ margin); the consumers' get() neither throws nor ends; a message sent after
+// the server is back is delivered within a few seconds.
+
+const { TransportConnectionError } = require('@schally/nestjs-messenger');
+const { startServer } = require('./support/servers');
+const { makeTransport, uniqueQueue } = require('./support/engines');
+const { LoadRun, violations, summary, sleep } = require('./support/account');
+
+const CONNECT_TIMEOUT_MS = 2000;
+const DOWN_MS = 2000;
+/** connectTimeoutMs plus a margin: the longest any send or ack may take. */
+const OP_BOUND_MS = CONNECT_TIMEOUT_MS + 5000;
+/** "Delivers again within a few seconds of the server's return." */
+const RECOVER_WITHIN_MS = 5000;
+
+describe.each(['postgres', 'mariadb', 'redis'])('%s: server restart under load', (engine) => {
+  let server;
+  let run;
+
+  beforeAll(async () => {
+    server = await startServer(engine);
+  }, 120_000);
+
+  afterAll(async () => {
+    // Stopping the server ends whatever the code under test still waits on.
+    await server?.stop();
+    if (run) await run.close({ boundMs: 3000 });
+  }, 60_000);
+
+  it.each(['write-behind', 'commit'])(
+    'ackMode %s: nothing lost, sends bounded, get() rides through, delivery resumes',
+    async (ackMode) => {
+      const queue = uniqueQueue(engine, 'restart');
+      const make = () =>
+        makeTransport(engine, { dsn: server.dsn, queue, ackMode, connectTimeoutMs: CONNECT_TIMEOUT_MS });
+      const producers = [make(), make()];
+      const consumers = [make(), make()];
+      await producers[0].setup();
+      run = new LoadRun({ producers, consumers, sendIntervalMs: 20, opBoundMs: OP_BOUND_MS + 3000 });
+      run.startConsumers();
+      run.startProducers();
+      await sleep(1500);
+
+      run.faultStarted();
+      await server.restart({ downMs: DOWN_MS });
+      run.faultEnded();
+
+      await sleep(4000);
+      await run.stopProducers();
+      await run.waitDelivered(10_000);
+      await run.stopConsumers({ boundMs: 5000 });
+      await run.close({ boundMs: 5000 });
+      const account = run.account();
+      run = undefined;
+      console.log(summary(`restart ${engine} ${ackMode}`, account));
+
+      expect(account.confirmed).toBeGreaterThan(50);
+      expect(
+        violations(account, {
+          sendBoundMs: OP_BOUND_MS,
+          allowedRejections: [TransportConnectionError.name],
+          ackBoundMs: OP_BOUND_MS,
+          allowedAckFailures: ackMode === 'commit' ? [TransportConnectionError.name] : [],
+          getMustRideThrough: true,
+          recoverWithinMs: RECOVER_WITHIN_MS,
+          stopBoundMs: 5000,
+          closeBoundMs: 5000,
+        }),
+      ).toEqual([]);
+    },
+    90_000,
+  );
+});

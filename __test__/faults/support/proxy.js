@@ -1,0 +1,201 @@
+'use strict';
+
+// A small TCP proxy for the fault tests: listens on a free loopback port and forwards every
+// connection to one private server. It can
+//   cut()        destroy every live connection with a TCP reset (both sides),
+//   blackhole()  stop forwarding in both directions while keeping every socket open; new
+//                connections are still accepted, and nothing is forwarded for them either,
+//   restore()    forward again (what was held back during the blackhole is delivered then,
+//                as TCP retransmission would after a partition heals),
+//   cutAfter(p)  forward the next client→server chunk that matches `p`, then drop the
+//                server's reply and reset the client: the write reached the server, its
+//                outcome never reaches the client (an ambiguous write).
+//
+// A blackhole is made by not reading (sockets paused): the kernel buffers fill and TCP flow
+// control stops the writer, as on a silent network. Keepalive probes are answered by the
+// proxy's own kernel, so this proxy tests the response timeouts of the code under test, not
+// its TCP keepalive (that needs a packet filter, which the tests do not assume).
+
+const net = require('node:net');
+
+/** A TCP port that was free a moment ago on 127.0.0.1. */
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function reset(socket) {
+  if (socket.destroyed) return;
+  try {
+    socket.resetAndDestroy();
+  } catch {
+    socket.destroy();
+  }
+}
+
+function matcherOf(pattern) {
+  if (typeof pattern === 'function') return pattern;
+  const needle = Buffer.isBuffer(pattern) ? pattern : Buffer.from(String(pattern));
+  return (chunk) => chunk.includes(needle);
+}
+
+/**
+ * Starts a proxy to `targetHost:targetPort` on a free loopback port.
+ * @param {{ targetPort: number, targetHost?: string }} options
+ */
+async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
+  /** @type {Set<{ client: net.Socket, upstream: net.Socket, doomed: boolean }>} */
+  const links = new Set();
+  let blackholed = false;
+  let accepted = 0;
+  /** Armed cutAfter traps, first armed first served. */
+  const traps = [];
+
+  function dropLink(link) {
+    if (!links.delete(link)) return;
+    reset(link.client);
+    reset(link.upstream);
+  }
+
+  function onClientData(link, chunk) {
+    if (link.doomed) return;
+    const index = traps.findIndex((trap) => trap.matches(chunk));
+    if (index >= 0) {
+      const [trap] = traps.splice(index, 1);
+      link.doomed = true;
+      link.upstream.write(chunk);
+      const fire = (replied) => {
+        clearTimeout(timer);
+        link.onDoomedReply = undefined;
+        dropLink(link);
+        trap.resolve({ at: Date.now(), replied, chunk });
+      };
+      const timer = setTimeout(() => fire(false), trap.waitForReplyMs);
+      link.onDoomedReply = () => fire(true);
+      return;
+    }
+    link.upstream.write(chunk);
+  }
+
+  function onServerData(link, chunk) {
+    if (link.doomed) {
+      // The server answered the doomed chunk: the reply is dropped, the client reset.
+      link.onDoomedReply?.();
+      return;
+    }
+    link.client.write(chunk);
+  }
+
+  const server = net.createServer({ pauseOnConnect: true }, (client) => {
+    accepted += 1;
+    const upstream = net.connect({ host: targetHost, port: targetPort });
+    const link = { client, upstream, doomed: false, onDoomedReply: undefined };
+    links.add(link);
+    client.setNoDelay(true);
+    upstream.setNoDelay(true);
+    client.on('data', (chunk) => onClientData(link, chunk));
+    upstream.on('data', (chunk) => onServerData(link, chunk));
+    // One side gone: the other goes too (a reset stays a reset, an orderly close an end).
+    const closeOther = (other) => (hadError) => {
+      if (!links.has(link)) return;
+      if (hadError) {
+        dropLink(link);
+      } else {
+        links.delete(link);
+        other.end();
+        setTimeout(() => other.destroy(), 1000).unref();
+      }
+    };
+    client.on('close', closeOther(upstream));
+    upstream.on('close', closeOther(client));
+    client.on('error', () => {});
+    upstream.on('error', () => {});
+    if (blackholed) {
+      upstream.pause();
+    } else {
+      client.resume();
+    }
+  });
+  server.on('error', () => {});
+
+  let port;
+  for (let attempt = 0; ; attempt += 1) {
+    port = await freePort();
+    try {
+      await new Promise((resolve, reject) => {
+        server.once('error', reject);
+        server.listen({ port, host: '127.0.0.1', exclusive: true }, () => {
+          server.off('error', reject);
+          resolve();
+        });
+      });
+      break;
+    } catch (error) {
+      if (attempt >= 4) throw error;
+    }
+  }
+
+  return {
+    port,
+    host: '127.0.0.1',
+    /** Live proxied connections. */
+    get connections() {
+      return links.size;
+    },
+    /** Connections accepted since start. */
+    get accepted() {
+      return accepted;
+    },
+    get blackholed() {
+      return blackholed;
+    },
+    /** Resets every live connection (both sides); new ones are accepted and forwarded. */
+    cut() {
+      const count = links.size;
+      for (const link of [...links]) dropLink(link);
+      return count;
+    },
+    /** Stops forwarding in both directions; sockets stay open, new ones are accepted. */
+    blackhole() {
+      blackholed = true;
+      for (const { client, upstream } of links) {
+        client.pause();
+        upstream.pause();
+      }
+    },
+    /** Forwards again, held-back bytes included. */
+    restore() {
+      blackholed = false;
+      for (const { client, upstream } of links) {
+        client.resume();
+        upstream.resume();
+      }
+    },
+    /**
+     * Arms a trap: the next client→server chunk matching `pattern` (a string, a Buffer or a
+     * predicate over the chunk) is forwarded, then the connection is reset once the server
+     * replied (the reply is dropped) or after `waitForReplyMs`. Resolves `{ at, replied }`.
+     * @param {string | Buffer | ((chunk: Buffer) => boolean)} pattern
+     * @param {{ waitForReplyMs?: number }} [options]
+     */
+    cutAfter(pattern, { waitForReplyMs = 2000 } = {}) {
+      return new Promise((resolve) => {
+        traps.push({ matches: matcherOf(pattern), waitForReplyMs, resolve });
+      });
+    },
+    /** Stops listening and resets every connection. */
+    close() {
+      for (const link of [...links]) dropLink(link);
+      traps.splice(0);
+      return new Promise((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+module.exports = { startProxy, freePort };
