@@ -17,7 +17,9 @@ const { fork } = require('node:child_process');
 const { startServer } = require('./support/servers');
 const { makeTransport, uniqueQueue } = require('./support/engines');
 const { LoadRun, violations, summary, sleep, settleWithin } = require('./support/account');
-const { temporarySqliteDsn } = require('../support/servers');
+const { sqlite } = require('../../bench/engines');
+
+const temporarySqliteDsn = (prefix) => sqlite.temporaryDsn(prefix);
 
 const CHILD = path.join(__dirname, 'support', 'crash-consumer.js');
 const LEASE_MS = 2000;

@@ -12,7 +12,8 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { execFile, spawn, spawnSync } = require('node:child_process');
-const { freePort, waitForPort, startRedisServer } = require('../../support/redis-server');
+const { waitForPort, startRedisServer } = require('../../support/redis-server');
+const { freePort } = require('../../support/ports');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
