@@ -15,7 +15,7 @@
 
 const { TransportConnectionError } = require('@schally/nestjs-messenger');
 const { startServer } = require('./support/servers');
-const { makeTransport, uniqueQueue } = require('./support/engines');
+const { makeTransport, uniqueQueue, residue } = require('./support/engines');
 const { LoadRun, violations, summary, sleep } = require('./support/account');
 
 const CONNECT_TIMEOUT_MS = 2000;
@@ -99,8 +99,9 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: every backend killed under 
     await run.close({ boundMs: 5000 });
     const account = run.account();
     run = undefined;
+    const left = await residue(engine, { dsn: server.dsn, queue, connectTimeoutMs: CONNECT_TIMEOUT_MS });
     console.log(
-      `${summary(`backend-kill ${engine}`, account)}\n` +
+      `${summary(`backend-kill ${engine}`, account)}, left in storage ${left.length}\n` +
         `killed ${kills.map((k) => `${k.killed}${k.listeners ? ` (${k.listeners} LISTEN)` : ''}`).join(', ')}; ` +
         `send-to-yield ms before the kill: ${show(before)}; after: ${show(after)}; ` +
         `after a kill of ${idleKill.killed} while idle: ${show(afterIdle)}`,

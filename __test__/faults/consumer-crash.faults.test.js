@@ -15,7 +15,7 @@ const path = require('node:path');
 const fs = require('node:fs');
 const { fork } = require('node:child_process');
 const { startServer } = require('./support/servers');
-const { makeTransport, uniqueQueue } = require('./support/engines');
+const { makeTransport, uniqueQueue, residue } = require('./support/engines');
 const { LoadRun, violations, summary, sleep, settleWithin } = require('./support/account');
 const { sqlite } = require('../../bench/engines');
 
@@ -77,18 +77,6 @@ async function within(promise, ms, what, state) {
     throw new Error(`the child consumer did not ${what} within ${ms} ms: ${state.error?.message ?? ''}\n${state.output}`);
   }
   return result.value;
-}
-
-/** Keys of what is still stored in the queue (pending/claimed included). */
-async function residue(engine, options) {
-  const inspector = makeTransport(engine, options);
-  try {
-    const keys = [];
-    for await (const envelope of inspector.list(1000)) keys.push(envelope.message.key);
-    return keys;
-  } finally {
-    await settleWithin(inspector.close(), 5000);
-  }
 }
 
 describe.each(['postgres', 'mariadb', 'sqlite', 'redis'])('%s: kill -9 of a consumer process', (engine) => {

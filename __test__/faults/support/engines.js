@@ -54,4 +54,16 @@ function makeTransport(engine, options) {
   return engine === 'redis' ? new RedisStreamsTransport(o) : new SqlTransport(o);
 }
 
-module.exports = { uniqueQueue, transportOptions, makeTransport };
+/** Keys of what is still stored in the queue (claimed/pending rows and entries included). */
+async function residue(engine, options) {
+  const inspector = makeTransport(engine, options);
+  try {
+    const keys = [];
+    for await (const envelope of inspector.list(1000)) keys.push(envelope.message?.key);
+    return keys;
+  } finally {
+    await Promise.race([inspector.close().catch(() => {}), new Promise((resolve) => setTimeout(resolve, 5000).unref())]);
+  }
+}
+
+module.exports = { uniqueQueue, transportOptions, makeTransport, residue };
