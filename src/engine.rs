@@ -78,6 +78,12 @@ pub trait Engine: Send + Sync {
     fn keep_claimed(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>>;
     /// How long a claim lasts before other consumers may take the message over.
     fn claim_lease(&self) -> Duration;
+    /// The most a send may take from the call to its answer, including any wait behind a
+    /// batch already being written; past it the send fails, saying it may have been stored
+    /// (its batch may still be written).
+    fn send_bound(&self) -> Duration;
+    /// The error of a send that got no answer within [`Engine::send_bound`].
+    fn unanswered_send(&self) -> crate::error::Error;
     fn list(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>>;
     fn find(&self, id: String) -> BoxFuture<'_, Result<Option<StoredMessage>>>;
     fn count(&self) -> BoxFuture<'_, Result<i64>>;

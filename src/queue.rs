@@ -241,7 +241,13 @@ impl Queue {
     ) -> Result<impl std::future::Future<Output = Result<String>> + Send + 'static> {
         self.guard_open("send")?;
         self.engine.check_message(&message)?;
-        self.sends.enqueue(message)
+        let stored = self.sends.enqueue(message)?;
+        let (bound, unanswered) = (self.engine.send_bound(), self.engine.unanswered_send());
+        Ok(async move {
+            tokio::time::timeout(bound, stored)
+                .await
+                .unwrap_or(Err(unanswered))
+        })
     }
 
     /// The next prefetched message, without waiting (the sync fast path).

@@ -272,6 +272,18 @@ impl Engine for RedisQueue {
         self.config.claim_idle
     }
 
+    /// Getting the command connection, then the pipeline: each within the connect timeout.
+    fn send_bound(&self) -> Duration {
+        self.shared.connect_timeout * 2 + Duration::from_secs(1)
+    }
+
+    fn unanswered_send(&self) -> crate::error::Error {
+        crate::error::Error::connection(format!(
+            "Redis transport failed during \"send\": no reply from the server within {} ms (the message may have been stored; not sent again)",
+            self.send_bound().as_millis()
+        ))
+    }
+
     fn list(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
         Box::pin(async move {
             let mut conn = self.conn("list").await?;

@@ -201,6 +201,18 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
         })
     }
 
+    fn send_bound(&self) -> Duration {
+        self.response_bound()
+    }
+
+    fn unanswered_send(&self) -> Error {
+        Error::connection(format!(
+            "{} transport failed during \"send\": no reply from the server within {} ms (the message may have been stored; not sent again)",
+            D::FACTS.label,
+            self.send_bound().as_millis()
+        ))
+    }
+
     fn claim_lease(&self) -> Duration {
         crate::durations::secs(self.config.redeliver_timeout_seconds)
     }
