@@ -13,6 +13,8 @@ pub mod durations;
 pub mod engine;
 pub mod error;
 pub mod ident;
+pub mod outage;
+pub mod prefetch;
 pub mod queue;
 pub mod redis;
 pub mod sql;

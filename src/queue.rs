@@ -2,14 +2,15 @@
 //! buffer that JS drains with a sync call, batch claims sized to the consumer, idle waits,
 //! coalesced acks and sends, memoized setup, and the close sequence.
 
-use crate::backoff::Backoff;
 use crate::batch::Coalescer;
 use crate::engine::{Engine, NewMessage, StoredMessage};
 use crate::error::{Error, ErrorKind, Result};
+use crate::outage::Outage;
+use crate::prefetch::{Prefetch, PREFETCH_HOLD};
 use crate::wake::WaitOutcome;
 use crate::write_behind::WriteBehind;
 use futures_util::future::BoxFuture;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,15 +26,6 @@ pub const FIRST_CLAIM_BATCH: u32 = 16;
 const CLAIM_WINDOW: Duration = Duration::from_millis(100);
 /// Claims are renewed at a third of their lease, but not more often than this.
 const MIN_RENEW_PERIOD: Duration = Duration::from_millis(20);
-/// Buffered rows behind a consumer that took none for this long (a slow or stuck handler)
-/// are handed back for other consumers instead of being renewed.
-const PREFETCH_HOLD: Duration = Duration::from_secs(5);
-/// A consumer that met a server refusal (credentials, unknown database) this many times in a
-/// row surfaces it: the core Worker then stops instead of spinning silently.
-const REFUSALS_SURFACED_AFTER: u32 = 3;
-/// Pauses of a consumer riding out an outage: from 100 ms, doubling, at most 5 s, jittered.
-const OUTAGE_FIRST_PAUSE: Duration = Duration::from_millis(100);
-const OUTAGE_MAX_PAUSE: Duration = Duration::from_secs(5);
 /// How long close(), list(), find() and getMessageCount() wait for failing ack writes.
 const ACK_FLUSH_PATIENCE: Duration = Duration::from_secs(5);
 /// Largest batch one ack or send statement carries.
@@ -60,70 +52,6 @@ pub struct Queue {
     acks: Coalescer<String, ()>,
     acks_behind: WriteBehind,
     sends: Coalescer<NewMessage, String>,
-}
-
-#[derive(Default)]
-struct Prefetch {
-    rows: VecDeque<StoredMessage>,
-    /// When the current batch was handed over and how big it was, to size the next one.
-    handed_at: Option<(Instant, usize)>,
-    /// When the claim on the buffered and in-flight rows was last taken or renewed.
-    renewed_at: Option<Instant>,
-    /// When JavaScript last took a row, or a batch arrived.
-    last_taken: Option<Instant>,
-    /// Rows handed to JavaScript and not settled yet: their claim is renewed while the
-    /// handler runs, so a live worker's message is not delivered to another consumer.
-    in_flight: HashSet<String>,
-    /// The last claim's size, and whether it came back full (more is likely waiting).
-    requested: usize,
-    full: bool,
-    /// Average size of the last claimed messages, to keep a batch within `MAX_BATCH_BYTES`.
-    average_bytes: usize,
-}
-
-impl Prefetch {
-    /// One round of the keeper: the buffered rows to hand back (the consumer stalled), and
-    /// the rows whose claim is due for renewal (in flight, and buffered ones kept).
-    fn keeper_round(&mut self, period: Duration) -> (Vec<String>, Vec<String>) {
-        let stalled = !self.rows.is_empty()
-            && self
-                .last_taken
-                .is_some_and(|at| at.elapsed() >= PREFETCH_HOLD);
-        let hand_back: Vec<String> = if stalled {
-            self.full = false;
-            self.handed_at = None;
-            self.rows.drain(..).map(|row| row.id).collect()
-        } else {
-            Vec::new()
-        };
-        let due = self.renewed_at.is_none_or(|at| at.elapsed() >= period);
-        if !due || (self.rows.is_empty() && self.in_flight.is_empty()) {
-            return (hand_back, Vec::new());
-        }
-        self.renewed_at = Some(Instant::now());
-        let renew = self
-            .rows
-            .iter()
-            .map(|row| row.id.clone())
-            .chain(self.in_flight.iter().cloned())
-            .collect();
-        (hand_back, renew)
-    }
-}
-
-/// A consumer's current run of failed claims or waits.
-struct Outage {
-    backoff: Backoff,
-    refusals: u32,
-}
-
-impl Default for Outage {
-    fn default() -> Self {
-        Self {
-            backoff: Backoff::new(OUTAGE_FIRST_PAUSE, OUTAGE_MAX_PAUSE),
-            refusals: 0,
-        }
-    }
 }
 
 /// The autoSetup memo: the DDL runs once, only a success is remembered, and a table that
@@ -343,7 +271,9 @@ impl Queue {
                 }
             };
             if let Err(err) = claimed {
-                self.ride_out(err, &mut outage, cancel).await?;
+                outage
+                    .ride_out(err, self.contacted.load(Ordering::Acquire), cancel)
+                    .await?;
                 continue;
             }
             match self.setup.around(self.engine.idle(seen, cancel)).await {
@@ -357,41 +287,15 @@ impl Queue {
                 }
                 Ok(_) => {}
                 Err(err) => {
-                    self.ride_out(err, &mut outage, cancel).await?;
+                    outage
+                        .ride_out(err, self.contacted.load(Ordering::Acquire), cancel)
+                        .await?;
                     continue;
                 }
             }
             self.contacted.store(true, Ordering::Release);
             outage = Outage::default();
         }
-    }
-
-    /// A consumer's answer to a failed claim or idle wait: once the server was reached, a
-    /// connection failure is waited out with capped, jittered pauses (a restart, a killed
-    /// connection, a short network loss: `get()` neither throws nor ends); a refusal
-    /// (credentials, unknown database) is surfaced after `REFUSALS_SURFACED_AFTER` tries in
-    /// a row; anything else, and anything before first contact, is surfaced at once.
-    async fn ride_out(
-        &self,
-        err: Error,
-        outage: &mut Outage,
-        cancel: &CancellationToken,
-    ) -> Result<()> {
-        if err.kind != ErrorKind::Connection || !self.contacted.load(Ordering::Acquire) {
-            return Err(err);
-        }
-        if err.persistent {
-            outage.refusals += 1;
-            if outage.refusals >= REFUSALS_SURFACED_AFTER {
-                return Err(err);
-            }
-        }
-        let pause = outage.backoff.next_pause();
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {}
-            _ = cancel.cancelled() => {}
-        }
-        Ok(())
     }
 
     /// Renews the claim on in-flight rows (their handler is running) and on buffered rows
@@ -584,57 +488,5 @@ impl Drop for Queue {
     // A transport dropped without close(): stop its background work all the same.
     fn drop(&mut self) {
         self.closing.cancel();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn row(id: &str) -> StoredMessage {
-        StoredMessage {
-            id: id.to_owned(),
-            body: String::new(),
-            headers: String::new(),
-        }
-    }
-
-    fn ago(duration: Duration) -> Option<Instant> {
-        Instant::now().checked_sub(duration)
-    }
-
-    #[test]
-    fn renews_in_flight_and_buffered_rows_while_the_consumer_takes() {
-        let mut prefetch = Prefetch {
-            rows: [row("2"), row("3")].into(),
-            in_flight: ["1".to_owned()].into(),
-            last_taken: Some(Instant::now()),
-            renewed_at: ago(Duration::from_secs(2)),
-            ..Prefetch::default()
-        };
-        let (hand_back, mut renew) = prefetch.keeper_round(Duration::from_secs(1));
-        renew.sort();
-        assert!(hand_back.is_empty());
-        assert_eq!(renew, ["1", "2", "3"]);
-        // Not due again until a period has passed.
-        assert_eq!(
-            prefetch.keeper_round(Duration::from_secs(1)),
-            (vec![], vec![])
-        );
-    }
-
-    #[test]
-    fn hands_back_rows_buffered_behind_a_stalled_consumer_but_keeps_its_own() {
-        let mut prefetch = Prefetch {
-            rows: [row("2"), row("3")].into(),
-            in_flight: ["1".to_owned()].into(),
-            last_taken: ago(PREFETCH_HOLD + Duration::from_millis(1)),
-            renewed_at: ago(Duration::from_secs(2)),
-            ..Prefetch::default()
-        };
-        let (hand_back, renew) = prefetch.keeper_round(Duration::from_secs(1));
-        assert_eq!(hand_back, ["2", "3"]);
-        assert_eq!(renew, ["1"]);
-        assert!(prefetch.rows.is_empty());
     }
 }
