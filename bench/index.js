@@ -32,13 +32,32 @@ function parseArgs(argv) {
   return options;
 }
 
-function runOne(job) {
+function runOnce(job) {
   const output = execFileSync(process.execPath, [path.join(__dirname, 'run-one.js'), JSON.stringify(job)], {
     encoding: 'utf8',
     timeout: 600000,
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   return JSON.parse(output.trim().split('\n').pop());
+}
+
+/**
+ * One workload run, tried once more if it failed: the upstream MySQL transport's claim can
+ * deadlock under competing consumers (its error ends that run), which must not end the
+ * benchmark. A run that fails twice is left out (undefined) and said so on stderr.
+ */
+function runOne(job) {
+  try {
+    return runOnce(job);
+  } catch (error) {
+    process.stderr.write(`${job.engine} ${job.workload} ${job.impl} failed (${error.message.split('\n')[0]}); running it again\n`);
+    try {
+      return runOnce(job);
+    } catch {
+      process.stderr.write(`${job.engine} ${job.workload} ${job.impl} failed again: left out of this run's figures\n`);
+      return undefined;
+    }
+  }
 }
 
 function machine() {
@@ -58,6 +77,7 @@ async function main() {
         const impls = ENGINES[engine].upstream ? ['native', 'upstream'] : ['native'];
         for (const impl of impls) {
           const result = runOne({ engine, impl, workload, n });
+          if (result === undefined) continue;
           ((results[engine][workload] ??= {})[impl] ??= []).push(result);
           process.stderr.write(`round ${round} ${engine} ${workload} ${impl}: ${JSON.stringify(result)}\n`);
         }

@@ -61,12 +61,17 @@ describe.each(ENGINES)('slow and stuck handlers on $engine.label', ({ engine, op
     dsn = engine.temporaryDsn ? engine.temporaryDsn('slow') : engine.dsn;
   });
 
+  const streams = [];
+
   afterEach(async () => {
     for (const loop of loops.splice(0)) loop.abort();
     await Promise.all(transports.splice(0).map((t) => t.close().catch(() => {})));
+    // Streams are not emptied by acks: remove this test's keys (SQL rows are acked away).
+    if (engine.name === 'redis') await engine.admin().del(streams.splice(0).flatMap((s) => [s, `${s}:delayed`]));
   });
 
   function transport(target) {
+    if (engine.name === 'redis' && !streams.includes(`faults:{${target}}`)) streams.push(`faults:{${target}}`);
     const opened = open(target, dsn);
     transports.push(opened);
     return opened;
