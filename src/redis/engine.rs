@@ -179,9 +179,15 @@ impl Engine for RedisQueue {
 
     fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
-            // Not repeated: a pipeline whose reply was lost may have been stored (insert_once
-            // says so in its error); getting a connection is retried inside `conn`.
-            let ids = self.insert_once(&messages).await?;
+            // A connection found closed (the server dropped it while idle: a restart, a
+            // CLIENT KILL) is re-made and the batch sent once more; a timeout is never re-sent
+            // (the batch may have been stored, and the error says so).
+            let ids = match self.insert_once(&messages).await {
+                Err(failure) if failure.dropped && self.contacted.load(Ordering::Acquire) => {
+                    self.insert_once(&messages).await.map_err(|f| f.error)?
+                }
+                other => other.map_err(|f| f.error)?,
+            };
             if let Some(earliest) = messages
                 .iter()
                 .filter(|m| m.delay_ms > 0.0)

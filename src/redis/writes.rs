@@ -16,25 +16,49 @@ static ADD_DELAYED: LazyLock<Script> =
 static REDELIVER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/redeliver.lua")));
 
+/// A failed attempt at storing a batch.
+pub(super) struct InsertFailure {
+    pub error: Error,
+    /// The connection was found closed (reset, end of stream, broken pipe), as a connection
+    /// the server dropped while it sat idle fails the first command sent on it. A timeout is
+    /// not this: the commands may have run.
+    pub dropped: bool,
+}
+
+impl From<Error> for InsertFailure {
+    fn from(error: Error) -> Self {
+        Self {
+            error,
+            dropped: false,
+        }
+    }
+}
+
 impl RedisQueue {
     /// One attempt at storing a batch: due messages in one pipeline of XADDs, delayed ones
     /// through the script that scores them on Redis's clock. A connection lost once the
     /// commands went out leaves their outcome unknown: the error says they may have been
-    /// stored, and nothing is sent again.
-    pub(super) async fn insert_once(&self, messages: &[NewMessage]) -> Result<Vec<String>> {
+    /// stored.
+    pub(super) async fn insert_once(
+        &self,
+        messages: &[NewMessage],
+    ) -> std::result::Result<Vec<String>, InsertFailure> {
         let mut conn = self.conn("send").await?;
         let sent = |e: &redis::RedisError| {
             let error = self.err("send", e);
             if error.is_transient_connection() {
-                Error {
-                    message: format!(
-                        "{} (the connection was lost with the outcome unknown: the messages may have been stored; they were not sent again)",
-                        error.message
-                    ),
-                    ..error
+                InsertFailure {
+                    error: Error {
+                        message: format!(
+                            "{} (the connection was lost with the outcome unknown: the messages may have been stored)",
+                            error.message
+                        ),
+                        ..error
+                    },
+                    dropped: e.is_connection_dropped() && !e.is_timeout(),
                 }
             } else {
-                error
+                error.into()
             }
         };
         let mut ids: Vec<Option<String>> = vec![None; messages.len()];
