@@ -50,6 +50,11 @@ export declare class NativeQueue {
    * write (its handler is done); acks and rejects do this themselves.
    */
   settled(id: string): void
+  /**
+   * Acks and rejects that came after this instance's claim had lapsed and another
+   * consumer had taken the message over: ignored (fenced), counted here.
+   */
+  staleSettles(): number
   /** Replaces message `id` by a copy in one statement; null if `id` no longer exists. */
   redeliver(id: string, body: string, headers: string, delayMs: number): Promise<string | null>
   list(limit: number): Promise<Array<NativeMessage>>

@@ -8,6 +8,15 @@ import type {
 } from '@schally/nestjs-messenger';
 
 /** Options of {@link SqlTransport}: upstream's, with the same defaults, plus `connectTimeoutMs`. */
+/** Counters of one transport instance (`transport.stats()`). */
+export interface TransportStats {
+  /**
+   * Acks and rejects that came after this instance's claim had lapsed and another consumer
+   * had taken the message over: ignored (fenced), they deleted and copied nothing.
+   */
+  staleSettles: number;
+}
+
 export interface SqlTransportOptions {
   /**
    * `postgres://` / `postgresql://` DSN (query parameters such as `sslmode` go to the driver).
@@ -61,6 +70,8 @@ export declare class SqlTransport
   list(limit?: number): AsyncIterableIterator<Envelope>;
   find(id: string): Promise<Envelope | undefined>;
   getMessageCount(): Promise<number>;
+  /** Counters of this instance, read synchronously. */
+  stats(): TransportStats;
   close(): Promise<void>;
 }
 
@@ -129,5 +140,7 @@ export declare class RedisStreamsTransport
   find(id: string): Promise<Envelope | undefined>;
   /** Entries not yet delivered to the group plus delayed messages. */
   getMessageCount(): Promise<number>;
+  /** Counters of this instance, read synchronously. */
+  stats(): TransportStats;
   close(): Promise<void>;
 }

@@ -162,6 +162,16 @@ class NativeTransport {
   }
 
   /**
+   * Counters of this transport, read synchronously. `staleSettles`: acks and rejects that came
+   * after this instance's claim had lapsed and another consumer had taken the message over;
+   * they were ignored (fenced), deleting and copying nothing.
+   * @returns {{ staleSettles: number }}
+   */
+  stats() {
+    return { staleSettles: this.#queue.staleSettles() };
+  }
+
+  /**
    * Refuses new sends and claims, waits for in-flight settles, gives back prefetched rows,
    * then releases connections. Idempotent.
    */

@@ -16,6 +16,20 @@ pub struct StoredMessage {
     pub id: String,
     pub body: String,
     pub headers: String,
+    /// The claim this process holds on it (see [`Held`]); `None` when it was only read.
+    pub token: Option<i64>,
+}
+
+/// A message named for a settle, release or renewal: its id, and the token of the claim this
+/// process holds on it. A settle with a token is fenced: it applies only while that claim is
+/// still the message's current one, so a consumer whose lease lapsed and whose message was
+/// taken over cannot delete or copy the newer delivery. Without a token (a `find()` result)
+/// it goes by id. SQL tokens are the claim's `delivered_at` in microseconds; Redis fences by
+/// the group's pending owner, and its tokens only say "claimed by this consumer".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    pub id: String,
+    pub token: Option<i64>,
 }
 
 /// A message to store: `delay_ms` is added to the storage's own clock.
@@ -67,15 +81,20 @@ pub trait Engine: Send + Sync {
         seen: u64,
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<WaitOutcome>>;
-    /// Removes messages by id (ack, discard); unknown ids are ignored.
-    fn delete(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>>;
-    /// Atomically replaces message `id` by `copy`; `None` if `id` was gone.
-    fn redeliver(&self, id: String, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>>;
-    /// Makes claimed-but-unhandled messages claimable by anyone at once.
-    fn release(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>>;
-    /// Renews the claim on messages still waiting in this process's buffer, so that a slow
-    /// handler ahead of them does not let them be taken over as abandoned.
-    fn keep_claimed(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>>;
+    /// Removes messages (ack, discard); unknown ids are ignored. Returns how many fenced ones
+    /// were not removed because their claim was no longer current (stale settles).
+    fn delete(&self, held: Vec<Held>) -> BoxFuture<'_, Result<u64>>;
+    /// Atomically replaces message `held` by `copy`; `None` if it was gone (or, fenced, no
+    /// longer held by that claim).
+    fn redeliver(&self, held: Held, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>>;
+    /// Makes claimed-but-unhandled messages claimable by anyone at once (fenced ones only
+    /// while still held).
+    fn release(&self, held: Vec<Held>) -> BoxFuture<'_, Result<()>>;
+    /// Renews the claims this process still holds (buffered rows, and rows whose handler
+    /// runs), so that they are not taken over as abandoned. Returns the renewed ones with
+    /// their new tokens; a message missing from the answer was taken over by another
+    /// consumer (or settled) and is no longer this process's.
+    fn keep_claimed(&self, held: Vec<Held>) -> BoxFuture<'_, Result<Vec<Held>>>;
     /// How long a claim lasts before other consumers may take the message over.
     fn claim_lease(&self) -> Duration;
     /// The most a send may take from the call to its answer, including any wait behind a

@@ -12,6 +12,7 @@ pub mod dsn;
 pub mod durations;
 pub mod engine;
 pub mod error;
+pub mod fence;
 pub mod ident;
 pub mod outage;
 pub mod prefetch;
@@ -281,7 +282,14 @@ mod exports {
         /// write (its handler is done); acks and rejects do this themselves.
         #[napi(catch_unwind)]
         pub fn settled(&self, id: String) {
-            self.queue.settled(&id);
+            self.queue.given_up(&id);
+        }
+
+        /// Acks and rejects that came after this instance's claim had lapsed and another
+        /// consumer had taken the message over: ignored (fenced), counted here.
+        #[napi(catch_unwind)]
+        pub fn stale_settles(&self) -> f64 {
+            self.queue.stale_settles() as f64
         }
 
         /// Replaces message `id` by a copy in one statement; null if `id` no longer exists.

@@ -60,6 +60,18 @@ impl Prefetch {
     }
 }
 
+impl Prefetch {
+    /// Forgets messages whose claim another consumer now holds.
+    pub fn drop_lost(&mut self, lost: &[String]) {
+        if lost.is_empty() {
+            return;
+        }
+        let lost: HashSet<&String> = lost.iter().collect();
+        self.rows.retain(|row| !lost.contains(&row.id));
+        self.in_flight.retain(|id| !lost.contains(id));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,6 +81,7 @@ mod tests {
             id: id.to_owned(),
             body: String::new(),
             headers: String::new(),
+            token: Some(1),
         }
     }
 

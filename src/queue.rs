@@ -5,6 +5,7 @@
 use crate::batch::Coalescer;
 use crate::engine::{Engine, NewMessage, StoredMessage};
 use crate::error::{Error, ErrorKind, Result};
+use crate::fence::Fence;
 use crate::outage::Outage;
 use crate::prefetch::{Prefetch, PREFETCH_HOLD};
 use crate::wake::WaitOutcome;
@@ -49,6 +50,8 @@ pub struct Queue {
     contacted: AtomicBool,
     closing: CancellationToken,
     waiters: Mutex<HashMap<u32, CancellationToken>>,
+    /// The tokens of this process's claims, which every settle carries.
+    fence: Arc<Fence>,
     acks: Coalescer<String, ()>,
     acks_behind: WriteBehind,
     sends: Coalescer<NewMessage, String>,
@@ -108,16 +111,17 @@ impl Queue {
             done: AtomicBool::new(false),
             lock: tokio::sync::Mutex::new(()),
         });
-        let ack_engine = engine.clone();
+        let fence = Arc::new(Fence::default());
+        let (ack_engine, ack_fence) = (engine.clone(), fence.clone());
         let send_engine = engine.clone();
         let send_setup = setup.clone();
         let send_wake = engine.wake_signal();
         Self {
             acks: Coalescer::new(MAX_WRITE_BATCH, move |ids: Vec<String>| {
-                let engine = ack_engine.clone();
+                let (engine, fence) = (ack_engine.clone(), ack_fence.clone());
                 Box::pin(async move {
                     let count = ids.len();
-                    engine.delete(ids).await?;
+                    fence.delete(&*engine, ids).await?;
                     Ok(vec![(); count])
                 }) as BoxFuture<'static, Result<Vec<()>>>
             }),
@@ -131,7 +135,8 @@ impl Queue {
                     Ok(ids)
                 }) as BoxFuture<'static, Result<Vec<String>>>
             }),
-            acks_behind: WriteBehind::new(engine.clone()),
+            acks_behind: WriteBehind::new(engine.clone(), fence.clone()),
+            fence,
             engine,
             setup,
             buffer: Arc::default(),
@@ -213,6 +218,7 @@ impl Queue {
 
     /// Puts freshly claimed rows in the buffer and notes the batch for sizing and renewal.
     fn hand_over(&self, rows: Vec<StoredMessage>, requested: u32) {
+        self.fence.record(&rows);
         let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
         buffer.handed_at = Some((Instant::now(), buffer.rows.len() + rows.len()));
         buffer.renewed_at = Some(Instant::now());
@@ -307,10 +313,11 @@ impl Queue {
         let lease = self.engine.claim_lease();
         let period = (lease / 3).max(MIN_RENEW_PERIOD);
         let tick = period.min(PREFETCH_HOLD / 2).max(MIN_RENEW_PERIOD);
-        let (engine, buffer, closing) = (
+        let (engine, buffer, closing, fence) = (
             self.engine.clone(),
             self.buffer.clone(),
             self.closing.clone(),
+            self.fence.clone(),
         );
         tokio::spawn(async move {
             loop {
@@ -324,11 +331,18 @@ impl Queue {
                 };
                 // Best effort both: a failed release or renewal means the rows come back at
                 // their lease, never that they are lost.
-                if !hand_back.is_empty() && engine.release(hand_back).await.is_ok() {
+                if !hand_back.is_empty() && fence.release(&*engine, hand_back).await.is_ok() {
                     engine.wake_signal().wake();
                 }
                 if !renew.is_empty() {
-                    let _ = engine.keep_claimed(renew).await;
+                    if let Ok(lost) = fence.renew(&*engine, renew).await {
+                        // Taken over by another consumer: a buffered one is not handed out;
+                        // an in-flight one is no longer renewed (its settle will be stale).
+                        buffer
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .drop_lost(&lost);
+                    }
                 }
             }
         });
@@ -409,8 +423,8 @@ impl Queue {
         if rows.is_empty() {
             return Ok(());
         }
-        self.engine
-            .release(rows.into_iter().map(|r| r.id).collect())
+        self.fence
+            .release(&*self.engine, rows.into_iter().map(|r| r.id).collect())
             .await?;
         self.engine.wake_signal().wake();
         Ok(())
@@ -432,6 +446,13 @@ impl Queue {
             .remove(id);
     }
 
+    /// A delivered row JavaScript gave up without a write: no longer renewed, its claim
+    /// lapses at the lease.
+    pub fn given_up(&self, id: &str) {
+        self.settled(id);
+        self.fence.forget(&[id.to_owned()]);
+    }
+
     /// Waits until every write-behind ack is written (retried meanwhile; reported if it
     /// still fails after `ACK_FLUSH_PATIENCE`).
     pub async fn flush_acks(&self) -> Result<()> {
@@ -446,11 +467,17 @@ impl Queue {
     /// Deletes the original and inserts the copy atomically; None if the original was gone.
     pub async fn redeliver(&self, id: &str, copy: NewMessage) -> Result<Option<String>> {
         self.settled(id);
-        let result = self.engine.redeliver(id.to_owned(), copy).await?;
+        let result = self.fence.redeliver(&*self.engine, id, copy).await?;
         if result.is_some() {
             self.engine.wake_signal().wake();
         }
         Ok(result)
+    }
+
+    /// Settles that came after this process's claim had lapsed and the message had been
+    /// taken over (ignored: they deleted or copied nothing).
+    pub fn stale_settles(&self) -> u64 {
+        self.fence.stale_settles()
     }
 
     pub async fn list(&self, limit: u32) -> Result<Vec<StoredMessage>> {

@@ -7,6 +7,7 @@
 
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
+use crate::fence::Fence;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -28,6 +29,7 @@ struct State {
 
 pub struct WriteBehind {
     engine: Arc<dyn Engine>,
+    fence: Arc<Fence>,
     state: Arc<Mutex<State>>,
     work: Arc<Notify>,
     idle: Arc<Notify>,
@@ -36,9 +38,10 @@ pub struct WriteBehind {
 }
 
 impl WriteBehind {
-    pub fn new(engine: Arc<dyn Engine>) -> Self {
+    pub fn new(engine: Arc<dyn Engine>, fence: Arc<Fence>) -> Self {
         Self {
             engine,
+            fence,
             state: Arc::default(),
             work: Arc::new(Notify::new()),
             idle: Arc::new(Notify::new()),
@@ -57,6 +60,7 @@ impl WriteBehind {
         self.flusher.get_or_init(|| {
             let flusher = Flusher {
                 engine: self.engine.clone(),
+                fence: self.fence.clone(),
                 state: self.state.clone(),
                 work: self.work.clone(),
                 idle: self.idle.clone(),
@@ -101,6 +105,7 @@ impl Drop for WriteBehind {
 
 struct Flusher {
     engine: Arc<dyn Engine>,
+    fence: Arc<Fence>,
     state: Arc<Mutex<State>>,
     work: Arc<Notify>,
     idle: Arc<Notify>,
@@ -139,7 +144,7 @@ impl Flusher {
             if batch.is_empty() {
                 return;
             }
-            match self.engine.delete(batch.clone()).await {
+            match self.fence.delete(&*self.engine, batch.clone()).await {
                 Ok(()) => {
                     let mut s = self.lock();
                     s.writing = 0;

@@ -1048,6 +1048,59 @@ describe('list, find and getMessageCount', () => {
   });
 });
 
+describe('fenced settles', () => {
+  /**
+   * A message delivered to `stale` that `current` then took over (the pending entry moved to
+   * current's consumer, idle for an hour: what a frozen consumer's lapsed claim looks like):
+   * both hold an envelope of the same entry.
+   */
+  async function takenOver() {
+    const stream = freshStream();
+    const stale = transport({ stream, consumer: `stale-${randomUUID()}`, claimIdleMs: 60000 });
+    const currentName = `current-${randomUUID()}`;
+    const current = transport({ stream, consumer: currentName, claimIdleMs: 60000 });
+    await stale.send(envelopeOf('fenced', 'f'));
+    const first = await receiveOne(stale);
+    await redis.xclaim(stream, 'messenger', currentName, 0, idOf(first), 'IDLE', 3600000, 'JUSTID');
+    const second = await receiveOne(current, 8000);
+    expect(idOf(second)).toBe(idOf(first));
+    return { stream, stale, current, first, second };
+  }
+
+  it('ignores the ack of a delivery taken over by another consumer, and counts it', async () => {
+    const { stream, stale, current, first, second } = await takenOver();
+    await stale.ack(first);
+    expect(await pollUntil(() => stale.stats().staleSettles === 1, { timeoutMs: 2000 })).toBe(true);
+    expect(await redis.xlen(stream)).toBe(1);
+    expect(await pendingCount(stream)).toBe(1);
+
+    await current.ack(second);
+    await expectDrained(stream);
+    expect(current.stats().staleSettles).toBe(0);
+  }, 15000);
+
+  it('ignores the reject of a delivery taken over: no copy, the newer delivery untouched', async () => {
+    const { stream, stale, current, first, second } = await takenOver();
+    await stale.reject(first);
+    expect(stale.stats().staleSettles).toBe(1);
+    const entries = await redis.xrange(stream, '-', '+');
+    expect(entries.map(([id]) => id)).toEqual([idOf(first)]);
+    await current.ack(second);
+    await expectDrained(stream);
+  }, 15000);
+
+  it('acks a find() result by id, whoever holds the entry', async () => {
+    const { stream, stale, current, first, second } = await takenOver();
+    const operator = transport({ stream });
+    await operator.ack(await operator.find(idOf(second)));
+    await expectDrained(stream);
+    await current.ack(second);
+    await stale.ack(first);
+    expect(operator.stats().staleSettles).toBe(0);
+    expect(await pollUntil(() => current.stats().staleSettles === 1, { timeoutMs: 2000 })).toBe(true);
+  }, 15000);
+});
+
 describe('stalled entries (XAUTOCLAIM)', () => {
   it('takes over an entry left pending by a consumer that is gone: same id, no RedeliveryStamp, after ~claimIdleMs', async () => {
     const stream = freshStream();

@@ -3,7 +3,7 @@
 // SqlTransport beyond the conformance suite, written once and run on every SQL engine by
 // sql/<engine>.transport.test.js: options, typed errors, schema life cycle (autoSetup,
 // dropped tables), poison rows, storage format, batched and concurrent sends, queue isolation,
-// FIFO, crash recovery, prefetch release, delayed redelivery, list/find/count, idle waits,
+// FIFO, crash recovery, prefetch release, fenced settles, delayed redelivery, list/find/count, idle waits,
 // get()/close(). The engine adapter (support/engines/) supplies its DSNs, raw row access in its
 // own SQL and the facts a case depends on (pushWakeup, server, skipLocked, …); a case that
 // holds on some engines only asks for the fact, never for the engine's name. Engine-only cases
@@ -18,6 +18,7 @@ const { optionsCases } = require('./sql-transport/options.cases');
 const { schemaCases } = require('./sql-transport/schema.cases');
 const { storageCases } = require('./sql-transport/storage.cases');
 const { deliveryCases } = require('./sql-transport/delivery.cases');
+const { fencingCases } = require('./sql-transport/fencing.cases');
 
 /**
  * Registers the shared SqlTransport cases for one engine and returns what its entry file
@@ -34,13 +35,7 @@ function sqlTransportSuite(engine) {
   /** Options that keep an idle consumer idle for a minute (no poll, no notify timeout). */
   const LONG_IDLE = { pollIntervalMs: 60000, ...(engine.pushWakeup ? { getNotifyTimeoutMs: 60000 } : {}) };
   const titles = (key, fallback) => engine.titles?.[key] ?? fallback;
-  /**
-   * `it`, unless the engine lists the case as an open issue (a shared case that does not hold
-   * there yet, and never ran there): then it is left out, and the adapter says why.
-   */
-  const openCase = (title, ...rest) => {
-    if (engine.openIssues?.[title] === undefined) it(title, ...rest);
-  };
+
 
   /** A transport on DSN and TABLE (unless overridden), closed after the test. */
   function transport(options = {}) {
@@ -83,7 +78,6 @@ function sqlTransportSuite(engine) {
     consume,
     LONG_IDLE,
     titles,
-    openCase,
     transport,
     lastQueue,
     settledRows,
@@ -92,6 +86,7 @@ function sqlTransportSuite(engine) {
   schemaCases(ctx);
   storageCases(ctx);
   deliveryCases(ctx);
+  fencingCases(ctx);
 
   return { DSN, OTHER_DSN, TABLE, db, transport, lastQueue, freshTable, consume, settledRows };
 }

@@ -2,7 +2,7 @@
 //   npx tsc -p __test__/types/tsconfig.json     (npm run test:types)
 // A NestJS app swaps `@schally/nestjs-messenger-transport-sql` for this package and nothing
 // else changes: same class name, same options, same capabilities seen by the core.
-import { SqlTransport, type SqlTransportOptions } from '../..';
+import { SqlTransport, type SqlTransportOptions, type TransportStats } from '../..';
 import {
   DelayStamp,
   Envelope,
@@ -119,6 +119,9 @@ async function usage(signal: AbortSignal): Promise<number> {
   }
 
   const count: number = await transport.getMessageCount();
+  const stats: TransportStats = transport.stats();
+  const stale: number = stats.staleSettles;
+  if (stale < 0) throw new Error('a count is never negative');
   const closed: Promise<void> = transport.close();
   await closed;
   await minimal.close();

@@ -9,7 +9,7 @@ use super::errors::classify;
 use super::replies::{as_i64, complete, is_stream_id, parse_entries};
 use super::slot;
 use crate::dsn::RedisDsn;
-use crate::engine::{Engine, NewMessage, StoredMessage};
+use crate::engine::{Engine, Held, NewMessage, StoredMessage};
 use crate::error::{ErrorKind, Result};
 use crate::targets::Targets;
 use crate::wake::{WaitOutcome, WakeBoard, WakeSignal};
@@ -227,41 +227,51 @@ impl Engine for RedisQueue {
         })
     }
 
-    fn delete(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+    fn delete(&self, held: Vec<Held>) -> BoxFuture<'_, Result<u64>> {
         Box::pin(async move {
+            let ids: Vec<String> = held.iter().map(|h| h.id.clone()).collect();
             self.forget_delivered(&ids);
-            let ids: Vec<String> = ids.into_iter().filter(|id| is_stream_id(id)).collect();
-            if ids.is_empty() {
-                return Ok(());
+            let (fenced, by_id): (Vec<Held>, Vec<Held>) = held
+                .into_iter()
+                .filter(|h| is_stream_id(&h.id))
+                .partition(|h| h.token.is_some());
+            let by_id: Vec<String> = by_id.into_iter().map(|h| h.id).collect();
+            if !by_id.is_empty() {
+                self.with_reconnect(|| self.ack_and_delete(by_id.clone(), "ack"))
+                    .await?;
             }
-            self.with_reconnect(|| self.ack_and_delete(ids.clone(), "ack"))
-                .await
+            if fenced.is_empty() {
+                return Ok(0);
+            }
+            let fenced: Vec<String> = fenced.into_iter().map(|h| h.id).collect();
+            let settled = self
+                .with_reconnect(|| self.settle_own(&fenced, "ack"))
+                .await?;
+            Ok((fenced.len() as u64).saturating_sub(settled))
         })
     }
 
-    fn redeliver(&self, id: String, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>> {
+    fn redeliver(&self, held: Held, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>> {
         Box::pin(async move {
-            self.delivered
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
-            if !is_stream_id(&id) {
+            self.forget_delivered(std::slice::from_ref(&held.id));
+            if !is_stream_id(&held.id) {
                 return Ok(None);
             }
-            self.with_reconnect(|| self.redeliver_once(&id, &copy))
+            self.with_reconnect(|| self.redeliver_once(&held.id, &copy))
                 .await
         })
     }
 
     /// Entries claimed into our buffer but never handed out: their idle time is set to the
     /// claim threshold so any consumer's next XAUTOCLAIM takes them at once (ours included).
-    fn release(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+    fn release(&self, held: Vec<Held>) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
+            let ids: Vec<String> = held.into_iter().map(|h| h.id).collect();
             self.forget_delivered(&ids);
             if ids.is_empty() {
                 return Ok(());
             }
-            self.claim_for_self(&ids, Some(self.config.claim_idle), "release")
+            self.renew_own(&ids, self.config.claim_idle, "release")
                 .await?;
             let mut reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
             reclaim.next_at = Instant::now();
@@ -270,8 +280,16 @@ impl Engine for RedisQueue {
         })
     }
 
-    fn keep_claimed(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
-        Box::pin(async move { self.claim_for_self(&ids, None, "reclaim").await })
+    fn keep_claimed(&self, held: Vec<Held>) -> BoxFuture<'_, Result<Vec<Held>>> {
+        Box::pin(async move {
+            let ids: Vec<String> = held.iter().map(|h| h.id.clone()).collect();
+            let renewed = self.renew_own(&ids, Duration::ZERO, "reclaim").await?;
+            let renewed: std::collections::HashSet<String> = renewed.into_iter().collect();
+            Ok(held
+                .into_iter()
+                .filter(|h| renewed.contains(&h.id))
+                .collect())
+        })
     }
 
     fn claim_lease(&self) -> Duration {

@@ -9,7 +9,7 @@
 
 use super::connection::Conn;
 use super::engine::RedisQueue;
-use super::replies::{as_i64, parse_autoclaim_reply, parse_read_reply, Entry};
+use super::replies::{as_i64, as_string, parse_autoclaim_reply, parse_read_reply, Entry};
 use crate::engine::StoredMessage;
 use crate::error::Result;
 use crate::wake::WaitOutcome;
@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 const PROMOTE_LIMIT: u32 = 100;
 static PROMOTE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/promote.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 
 /// How long a blocked read may run past its BLOCK time, or past being ended, before its
 /// connection is taken for dead and dropped (a silent peer must not hold `get()` or `close()`).
@@ -36,10 +37,12 @@ impl RedisQueue {
         let mut foreign = Vec::new();
         for entry in entries {
             match (entry.body, entry.headers) {
+                // Fenced by the group's pending owner: the token only marks it as ours.
                 (Some(body), Some(headers)) => messages.push(StoredMessage {
                     id: entry.id,
                     body,
                     headers,
+                    token: Some(0),
                 }),
                 _ => foreign.push(entry.id),
             }
@@ -120,29 +123,32 @@ impl RedisQueue {
 
     /// `XCLAIM … JUSTID` of our own entries: resets their idle time (renewing our claim), or
     /// sets it to `idle` (handing them to whoever runs XAUTOCLAIM next).
-    pub(super) async fn claim_for_self(
+    /// Sets the idle time of the entries of `ids` still pending for this consumer to `idle`
+    /// (zero renews the claim; the claim threshold hands them to the next XAUTOCLAIM);
+    /// returns those ids. Entries another consumer took over are left alone.
+    pub(super) async fn renew_own(
         &self,
         ids: &[String],
-        idle: Option<Duration>,
+        idle: Duration,
         op: &str,
-    ) -> Result<()> {
+    ) -> Result<Vec<String>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut conn = self.conn(op).await?;
-        let mut xclaim = redis::cmd("XCLAIM");
-        xclaim
-            .arg(&self.config.stream)
+        let reply: Value = RENEW
+            .key(&self.config.stream)
             .arg(&self.config.group)
             .arg(&self.config.consumer)
-            .arg(0)
-            .arg(ids);
-        if let Some(idle) = idle {
-            xclaim.arg("IDLE").arg(idle.as_millis() as u64);
-        }
-        xclaim
-            .arg("JUSTID")
-            .query_async::<Value>(&mut conn)
+            .arg(idle.as_millis() as u64)
+            .arg(ids)
+            .invoke_async(&mut conn)
             .await
             .map_err(|e| self.err(op, &e))?;
-        Ok(())
+        Ok(match reply {
+            Value::Array(items) => items.iter().filter_map(as_string).collect(),
+            _ => Vec::new(),
+        })
     }
 
     fn reclaim_period(&self) -> Duration {

@@ -22,6 +22,7 @@ pub(super) fn complete(entries: Vec<Entry>) -> Vec<StoredMessage> {
                 id: e.id,
                 body: e.body?,
                 headers: e.headers?,
+                token: None,
             })
         })
         .collect()

@@ -15,6 +15,7 @@ static ADD_DELAYED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/add_delayed.lua")));
 static REDELIVER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/redeliver.lua")));
+static SETTLE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/settle.lua")));
 
 /// A failed attempt at storing a batch.
 pub(super) struct InsertFailure {
@@ -135,6 +136,21 @@ impl RedisQueue {
             quote(body)?,
             quote(headers)?
         ))
+    }
+
+    /// Acks and deletes the entries of `ids` still pending for this consumer (fenced acks);
+    /// returns how many that was.
+    pub(super) async fn settle_own(&self, ids: &[String], op: &str) -> Result<u64> {
+        let mut conn = self.conn(op).await?;
+        let settled: i64 = SETTLE
+            .key(&self.config.stream)
+            .arg(&self.config.group)
+            .arg(&self.config.consumer)
+            .arg(ids)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.err(op, &e))?;
+        Ok(settled.max(0) as u64)
     }
 
     pub(super) async fn ack_and_delete(&self, ids: Vec<String>, op: &str) -> Result<()> {

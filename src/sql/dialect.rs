@@ -9,10 +9,11 @@
 
 use super::driver::{Driver, SqlResult};
 use super::errors::Failure;
+use super::ids::{held_condition, HeldRow};
 use super::table_queue::TableQueue;
 use super::target::SqlTarget;
 use crate::dsn::SqlDsn;
-use crate::engine::{NewMessage, StoredMessage};
+use crate::engine::{Held, NewMessage, StoredMessage};
 use crate::error::Result;
 use crate::targets::Targets;
 use crate::wake::WakeBoard;
@@ -46,7 +47,7 @@ pub struct DialectFacts {
 /// - `next_due` (queue, lease seconds) → `wait_ms`: ms until the next unclaimed row is due;
 /// - `list` (queue, limit) and `find` (id) → `(id, body, headers)` rows;
 /// - `count` (queue, lease seconds) → `count`: claimable rows;
-/// - `keep_head`: `… id IN ` renewing the claim of still-claimed rows, ids appended inline;
+/// - `delete_head`: `DELETE … WHERE `, a held-row condition appended;
 /// - `setup`: the script that creates the table and its index if missing (idempotent).
 pub struct TableStatements {
     pub setup: String,
@@ -54,7 +55,7 @@ pub struct TableStatements {
     pub list: String,
     pub find: String,
     pub count: String,
-    pub keep_head: String,
+    pub delete_head: String,
 }
 
 /// A connection target as a dialect opens it: the shared pool, how to reach the server
@@ -73,6 +74,11 @@ pub trait SqlDialect: Sized + Send + Sync + 'static {
     type Statements: Send + Sync + 'static;
 
     const FACTS: DialectFacts;
+
+    /// The claim token of a row: its `delivered_at` as whole microseconds, exactly, in SQL.
+    /// Every claim and renewal sets `delivered_at`, so the value a claim set identifies it
+    /// (the shared schema has no other column to fence with).
+    const TOKEN_OF: &'static str;
 
     /// The process-wide registry of this dialect's targets (one per DSN).
     fn targets() -> &'static Targets<SqlTarget<Self>>;
@@ -140,19 +146,38 @@ pub trait SqlDialect: Sized + Send + Sync + 'static {
         messages: Vec<NewMessage>,
     ) -> BoxFuture<'_, Result<Vec<String>>>;
 
-    /// Claims up to `limit` due rows, oldest first.
+    /// Claims up to `limit` due rows, oldest first, each with its claim's token.
     fn claim(queue: &TableQueue<Self>, limit: u32) -> BoxFuture<'_, SqlResult<Vec<StoredMessage>>>;
 
-    /// Atomically replaces row `id` by `copy`; `None` if it was gone.
+    /// Atomically replaces row `id` by `copy`; `None` if it was gone, or if `token` is given
+    /// and the row's claim is no longer that one.
     fn redeliver<'a>(
         queue: &'a TableQueue<Self>,
         id: i64,
+        token: Option<i64>,
         copy: &'a NewMessage,
     ) -> BoxFuture<'a, SqlResult<Option<String>>>;
 
-    /// Deletes rows by id (`ids` is never empty).
-    fn delete<'a>(queue: &'a TableQueue<Self>, ids: &'a [i64]) -> BoxFuture<'a, SqlResult<()>>;
+    /// Makes the rows `condition` matches claimable again at once.
+    fn release(queue: &TableQueue<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>>;
 
-    /// Makes claimed rows claimable again at once (`ids` is never empty).
-    fn release<'a>(queue: &'a TableQueue<Self>, ids: &'a [i64]) -> BoxFuture<'a, SqlResult<()>>;
+    /// Renews the claims on `rows` that are still theirs (their tokens match); returns the
+    /// renewed rows with their new tokens. One attempt: a renewal changes tokens, so it is
+    /// never repeated blindly.
+    fn renew(queue: &TableQueue<Self>, rows: Vec<HeldRow>) -> BoxFuture<'_, SqlResult<Vec<Held>>>;
+}
+
+/// A renewal in one `UPDATE … RETURNING`: `head` is `UPDATE … SET delivered_at = <now> WHERE
+/// delivered_at IS NOT NULL AND `.
+pub fn renew_returning<'a, D: SqlDialect>(
+    queue: &'a TableQueue<D>,
+    head: &str,
+    rows: &[HeldRow],
+) -> BoxFuture<'a, SqlResult<Vec<Held>>> {
+    let sql = format!(
+        "{head}{} RETURNING CAST(id AS TEXT) AS id, {} AS token",
+        held_condition(rows, D::TOKEN_OF),
+        D::TOKEN_OF
+    );
+    D::Db::fetch_held(&queue.target.pool, sql)
 }

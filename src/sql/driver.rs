@@ -5,7 +5,7 @@
 //! for any sqlx database that can bind and decode those few types. Its bounds are stated once,
 //! on the blanket impl, so generic code only names `D::Db: Driver`.
 
-use crate::engine::StoredMessage;
+use crate::engine::{Held, StoredMessage};
 use futures_util::future::BoxFuture;
 use sqlx::database::Database;
 use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
@@ -18,6 +18,29 @@ pub enum Param<'a> {
     Text(&'a str),
     Float(f64),
     Int(i64),
+}
+
+/// The rows a statement changed, read from each driver's own result type.
+pub trait RowsAffected {
+    fn rows(&self) -> u64;
+}
+
+impl RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
+impl RowsAffected for sqlx::mysql::MySqlQueryResult {
+    fn rows(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
+impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
+    fn rows(&self) -> u64 {
+        self.rows_affected()
+    }
 }
 
 /// The generic statement runner; implemented for every database below, never by hand.
@@ -50,17 +73,34 @@ pub trait Driver: Database {
         params: &'a [Param<'a>],
     ) -> BoxFuture<'a, SqlResult<Option<f64>>>;
 
+    /// Rows of `(id, token)`: the claims a renewal renewed, with their new tokens.
+    fn fetch_held(pool: &Pool<Self>, sql: String) -> BoxFuture<'_, SqlResult<Vec<Held>>>;
+
     /// Runs statement text with nothing bound (inlined integer id lists, or a script of
     /// several statements).
     fn execute_text(pool: &Pool<Self>, sql: String) -> BoxFuture<'_, SqlResult<()>>;
 
+    /// `execute_text`, returning how many rows it changed.
+    fn execute_counted(pool: &Pool<Self>, sql: String) -> BoxFuture<'_, SqlResult<u64>>;
+
     /// A `(id, body, headers)` row as a message.
     fn message_of(row: &Self::Row) -> SqlResult<StoredMessage>;
+
+    /// A claimed `(id, body, headers, token)` row as a message held by this process.
+    fn claimed_of(row: &Self::Row) -> SqlResult<StoredMessage> {
+        let mut message = Self::message_of(row)?;
+        message.token = Some(Self::token_of(row)?);
+        Ok(message)
+    }
+
+    /// The `token` column of a row.
+    fn token_of(row: &Self::Row) -> SqlResult<i64>;
 }
 
 impl<DB> Driver for DB
 where
     DB: Database,
+    DB::QueryResult: RowsAffected,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
@@ -115,6 +155,20 @@ where
         })
     }
 
+    fn fetch_held(pool: &Pool<Self>, sql: String) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
+        Box::pin(async move {
+            let rows = sqlx::raw_sql(&sql).fetch_all(pool).await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(Held {
+                        id: row.try_get("id")?,
+                        token: Some(Self::token_of(row)?),
+                    })
+                })
+                .collect()
+        })
+    }
+
     fn execute_text(pool: &Pool<Self>, sql: String) -> BoxFuture<'_, SqlResult<()>> {
         Box::pin(async move {
             sqlx::raw_sql(&sql).execute(pool).await?;
@@ -122,12 +176,21 @@ where
         })
     }
 
+    fn execute_counted(pool: &Pool<Self>, sql: String) -> BoxFuture<'_, SqlResult<u64>> {
+        Box::pin(async move { Ok(sqlx::raw_sql(&sql).execute(pool).await?.rows()) })
+    }
+
     fn message_of(row: &Self::Row) -> SqlResult<StoredMessage> {
         Ok(StoredMessage {
             id: row.try_get("id")?,
             body: text_or_poison::<DB>(row, "body")?,
             headers: text_or_poison::<DB>(row, "headers")?,
+            token: None,
         })
+    }
+
+    fn token_of(row: &Self::Row) -> SqlResult<i64> {
+        row.try_get("token")
     }
 }
 

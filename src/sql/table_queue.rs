@@ -5,11 +5,11 @@
 
 use super::dialect::{SqlDialect, TableStatements};
 use super::driver::{Driver, Param};
-use super::ids::{id_list, numeric_ids, row_id};
+use super::ids::{held_condition, held_rows, row_id, HeldRow};
 use super::retry::with_transient_retry;
 use super::target::SqlTarget;
 use crate::dsn::SqlDsn;
-use crate::engine::{Engine, NewMessage, StoredMessage};
+use crate::engine::{Engine, Held, NewMessage, StoredMessage};
 use crate::error::{Error, Result};
 use crate::wake::{WaitOutcome, WakeSignal};
 use futures_util::future::BoxFuture;
@@ -185,17 +185,14 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
         Box::pin(self.idle_wait(seen, cancel))
     }
 
-    fn keep_claimed(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+    fn keep_claimed(&self, held: Vec<Held>) -> BoxFuture<'_, Result<Vec<Held>>> {
         Box::pin(async move {
-            let ids = numeric_ids(&ids);
-            if ids.is_empty() {
-                return Ok(());
+            let rows = held_rows(&held);
+            if rows.is_empty() {
+                return Ok(Vec::new());
             }
-            let sql = format!("{}{}", self.shared_sql.keep_head, id_list(&ids));
             self.bounded("claim", None, async {
-                D::Db::execute_text(&self.target.pool, sql)
-                    .await
-                    .map_err(|e| self.err("claim", e))
+                D::renew(self, rows).await.map_err(|e| self.err("claim", e))
             })
             .await
         })
@@ -217,28 +214,45 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
         crate::durations::secs(self.config.redeliver_timeout_seconds)
     }
 
-    fn delete(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+    fn delete(&self, held: Vec<Held>) -> BoxFuture<'_, Result<u64>> {
         Box::pin(async move {
-            let ids = numeric_ids(&ids);
-            if ids.is_empty() {
-                return Ok(());
+            let (fenced, by_id): (Vec<HeldRow>, Vec<HeldRow>) = held_rows(&held)
+                .into_iter()
+                .partition(|r| r.token.is_some());
+            let mut stale = 0;
+            for rows in [by_id, fenced] {
+                if rows.is_empty() {
+                    continue;
+                }
+                let sql = format!(
+                    "{}{}",
+                    self.shared_sql.delete_head,
+                    held_condition(&rows, D::TOKEN_OF)
+                );
+                let deleted = self
+                    .bounded("ack", None, async {
+                        with_transient_retry(D::classify, || {
+                            D::Db::execute_counted(&self.target.pool, sql.clone())
+                        })
+                        .await
+                        .map_err(|e| self.err("ack", e))
+                    })
+                    .await?;
+                if rows[0].token.is_some() {
+                    stale = (rows.len() as u64).saturating_sub(deleted);
+                }
             }
-            self.bounded("ack", None, async {
-                with_transient_retry(D::classify, || D::delete(self, &ids))
-                    .await
-                    .map_err(|e| self.err("ack", e))
-            })
-            .await
+            Ok(stale)
         })
     }
 
-    fn redeliver(&self, id: String, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>> {
+    fn redeliver(&self, held: Held, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>> {
         Box::pin(async move {
-            let Some(id) = row_id(&id) else {
+            let Some(id) = row_id(&held.id) else {
                 return Ok(None);
             };
             self.bounded("reject", None, async {
-                with_transient_retry(D::classify, || D::redeliver(self, id, &copy))
+                with_transient_retry(D::classify, || D::redeliver(self, id, held.token, &copy))
                     .await
                     .map_err(|e| self.err("reject", e))
             })
@@ -246,16 +260,17 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
         })
     }
 
-    fn release(&self, ids: Vec<String>) -> BoxFuture<'_, Result<()>> {
+    fn release(&self, held: Vec<Held>) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
-            let ids = numeric_ids(&ids);
-            if ids.is_empty() {
+            let rows = held_rows(&held);
+            if rows.is_empty() {
                 return Ok(());
             }
+            let condition = held_condition(&rows, D::TOKEN_OF);
             // Idempotent (it only clears a claim), so a stale pooled connection is retried:
             // otherwise released rows would stay hidden for the whole lease.
             self.bounded("release", None, async {
-                with_transient_retry(D::classify, || D::release(self, &ids))
+                with_transient_retry(D::classify, || D::release(self, condition.clone()))
                     .await
                     .map_err(|e| self.err("release", e))
             })

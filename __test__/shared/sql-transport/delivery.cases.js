@@ -22,7 +22,7 @@ const {
 
 /** Registers the cases of this part for the engine of `ctx`. */
 function deliveryCases(ctx) {
-  const { engine, DSN, OTHER_DSN, TABLE, db, consume, LONG_IDLE, titles, openCase, transport, lastQueue, settledRows } = ctx;
+  const { engine, DSN, OTHER_DSN, TABLE, db, consume, LONG_IDLE, titles, transport, lastQueue, settledRows } = ctx;
 
   describe('crash recovery and prefetch', () => {
     it(
@@ -53,7 +53,7 @@ function deliveryCases(ctx) {
       },
     );
 
-    openCase('redelivers after redeliverTimeoutSeconds 1, not before', async () => {
+    it('redelivers after redeliverTimeoutSeconds 1, not before', async () => {
       const crashed = transport();
       const queueName = lastQueue();
       const reaper = transport({ queueName, redeliverTimeoutSeconds: 1 });
@@ -72,7 +72,7 @@ function deliveryCases(ctx) {
       await crashed.ack(first);
     }, 10000);
 
-    openCase('makes no copy when the crashed instance rejects a message the reaper already acked', async () => {
+    it('makes no copy when the crashed instance rejects a message the reaper already acked', async () => {
       const crashed = transport();
       const queueName = lastQueue();
       const reaper = transport({ queueName, redeliverTimeoutSeconds: 0 });

@@ -44,6 +44,9 @@ function testAdmin(dsn = engine.dsn) {
   return {
     ...admin,
     running,
+    async lapseClaim(table, id) {
+      await query(`UPDATE ${table} SET delivered_at = NOW(3) - INTERVAL 1 HOUR WHERE id = ?`, [id]);
+    },
     async isStale(table, id) {
       const [row] = await query(`SELECT delivered_at < NOW(3) AS stale FROM ${table} WHERE id = ?`, [id]);
       return row !== undefined && Number(row.stale) === 1;

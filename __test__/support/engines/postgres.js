@@ -16,6 +16,10 @@ function testAdmin(dsn = engine.dsn) {
   const { query } = admin;
   return {
     ...admin,
+    /** Moves the row's claim an hour back: to other consumers, its holder froze for an hour. */
+    async lapseClaim(table, id) {
+      await query(`UPDATE ${table} SET delivered_at = now() - interval '1 hour' WHERE id = $1::bigint`, [id]);
+    },
     /** Whether the row's delivered_at lies behind the database clock (a stale claim). */
     async isStale(table, id) {
       const [row] = await query(`SELECT delivered_at < now() AS stale FROM ${table} WHERE id = $1::bigint`, [id]);
@@ -288,15 +292,6 @@ const postgres = {
     await probe.end();
   `,
   fleet,
-  /**
-   * Shared cases that do not hold on PostgreSQL yet, by title, and why. They never ran here;
-   * they stay out until the product catches up (reported with issue 8's test work).
-   */
-  openIssues: {
-    'makes no copy when the crashed instance rejects a message the reaper already acked':
-      "under load (about 1 run in 5; alone it passes) the stale instance's reject has left a copy " +
-      "(RedeliveryStamp 1) after the reaper's write-behind ack; settles should be fenced by their claim (DESIGN §4, faults)",
-  },
   /** Case names this engine's file has always used where the others say it differently. */
   titles: {
     tableNameBounds: 'accepts the longest and the shortest valid table names',

@@ -34,6 +34,11 @@ function testAdmin(dsn) {
 
   return {
     ...admin,
+    async lapseClaim(table, id) {
+      await query(
+        `UPDATE ${table} SET delivered_at = strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 hours') WHERE id = ${Number(id)};`,
+      );
+    },
     async isStale(table, id) {
       const [row] = await query(`SELECT delivered_at < ${NOW} AS stale FROM ${table} WHERE id = ${Number(id)};`);
       return row !== undefined && row.stale === 1;

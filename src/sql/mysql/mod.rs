@@ -9,14 +9,14 @@ mod statements;
 mod version;
 
 use crate::dsn::SqlDsn;
-use crate::engine::{NewMessage, StoredMessage};
+use crate::engine::{Held, NewMessage, StoredMessage};
 use crate::error::Result;
 use crate::sql::dialect::{
     DialectConnection, DialectFacts, OpenedTarget, SqlDialect, TableStatements,
 };
 use crate::sql::driver::{Driver, SqlResult};
 use crate::sql::errors::Failure;
-use crate::sql::ids::id_list;
+use crate::sql::ids::{held_condition, id_list, HeldRow};
 use crate::sql::retry::with_rollback_retry;
 use crate::sql::table_queue::TableQueue;
 use crate::sql::target::{invalid_dsn, server_pool_options, SqlTarget};
@@ -53,6 +53,7 @@ impl SqlDialect for MySql {
         push_wakeup: false,
         has_server: true,
     };
+    const TOKEN_OF: &'static str = statements::TOKEN_OF;
 
     fn targets() -> &'static Targets<SqlTarget<Self>> {
         &TARGETS
@@ -173,11 +174,11 @@ impl SqlDialect for MySql {
                 .await?;
             let claimed = rows
                 .iter()
-                .map(sqlx::MySql::message_of)
+                .map(sqlx::MySql::claimed_of)
                 .collect::<SqlResult<Vec<_>>>()?;
-            if !claimed.is_empty() {
+            if let Some(token) = claimed.first().and_then(|m| m.token) {
                 let ids: Vec<i64> = claimed.iter().filter_map(|m| m.id.parse().ok()).collect();
-                let sql = format!("{}{}", queue.sql.mark_delivered_head, id_list(&ids));
+                let sql = queue.sql.mark_delivered(token, &ids);
                 sqlx::query(&sql)
                     .persistent(false)
                     .execute(&mut *tx)
@@ -192,12 +193,15 @@ impl SqlDialect for MySql {
     fn redeliver<'a>(
         queue: &'a TableQueue<Self>,
         id: i64,
+        token: Option<i64>,
         copy: &'a NewMessage,
     ) -> BoxFuture<'a, SqlResult<Option<String>>> {
         Box::pin(async move {
             let mut tx = queue.target.pool.begin().await?;
             let deleted = sqlx::query(&queue.sql.redeliver_delete)
                 .bind(id)
+                .bind(token)
+                .bind(token)
                 .execute(&mut *tx)
                 .await?;
             if deleted.rows_affected() == 0 {
@@ -216,13 +220,45 @@ impl SqlDialect for MySql {
         })
     }
 
-    fn delete<'a>(queue: &'a TableQueue<Self>, ids: &'a [i64]) -> BoxFuture<'a, SqlResult<()>> {
-        let sql = format!("{}{}", queue.sql.delete_head, id_list(ids));
+    fn release(queue: &TableQueue<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>> {
+        let sql = format!("{}{condition}", queue.sql.release_head);
         sqlx::MySql::execute_text(&queue.target.pool, sql)
     }
 
-    fn release<'a>(queue: &'a TableQueue<Self>, ids: &'a [i64]) -> BoxFuture<'a, SqlResult<()>> {
-        let sql = format!("{}{}", queue.sql.release_head, id_list(ids));
-        sqlx::MySql::execute_text(&queue.target.pool, sql)
+    /// No `UPDATE … RETURNING` here: the new token is read from the server clock first and
+    /// stored as is, so that the rows carrying it afterwards are the renewed ones.
+    fn renew(queue: &TableQueue<Self>, rows: Vec<HeldRow>) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
+        Box::pin(async move {
+            let mut conn = queue.target.pool.acquire().await?;
+            let token: i64 = sqlx::query(&queue.sql.now_token)
+                .fetch_one(&mut *conn)
+                .await?
+                .try_get("token")?;
+            let condition = held_condition(&rows, Self::TOKEN_OF);
+            sqlx::query(&queue.sql.renew(token, &condition))
+                .persistent(false)
+                .execute(&mut *conn)
+                .await?;
+            let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+            let renewed = format!(
+                "{}id IN {} AND {} = {token}",
+                queue.sql.renewed_head,
+                id_list(&ids),
+                Self::TOKEN_OF
+            );
+            let found = sqlx::query(&renewed)
+                .persistent(false)
+                .fetch_all(&mut *conn)
+                .await?;
+            found
+                .iter()
+                .map(|row| {
+                    Ok(Held {
+                        id: row.try_get("id")?,
+                        token: Some(token),
+                    })
+                })
+                .collect()
+        })
     }
 }

@@ -4,24 +4,61 @@
 
 use crate::sql::dialect::TableStatements;
 
+/// A claim's token: `delivered_at` as microseconds since `1970-01-01` in the session's own
+/// time zone (plain DATETIME arithmetic: no zone conversion, exact).
+pub const TOKEN_OF: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at)";
+/// The token a claim made now gets; [`delivered_at_of`] turns it back into the value to store.
+const NOW_TOKEN: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', NOW(3))";
+
+/// The `delivered_at` value of token `token` (an integer: inlined safely).
+pub fn delivered_at_of(token: i64) -> String {
+    format!("'1970-01-01' + INTERVAL {token} MICROSECOND")
+}
+
 /// MySQL's own statements (the shared-shape ones are in [`TableStatements`]).
 pub struct MySqlStatements {
     pub create_table: String,
-    /// `(queue, lease seconds, limit)`, locking the due rows it returns.
+    /// `(queue, lease seconds, limit)` → `(id, body, headers, token)`, locking the due rows
+    /// it returns; `token` is the claim's, taken from the server clock.
     pub claim_select: String,
-    /// `… id IN ` marking the claimed rows delivered, ids appended inline.
+    /// `UPDATE … SET delivered_at = `: then the token's value, `WHERE id IN `, ids (see
+    /// [`MySqlStatements::mark_delivered`]).
     pub mark_delivered_head: String,
+    /// `SELECT … AS token`: the token of a claim made now.
+    pub now_token: String,
+    /// The table's name (allowlisted).
+    table: String,
+    /// `SELECT (id, token) … WHERE ` the rows a renewal renewed.
+    pub renewed_head: String,
     insert_row: &'static str,
     insert_head: String,
     /// `(queue, body, headers, delay µs)`.
     pub insert_one: String,
-    pub delete_head: String,
-    /// `(id)`.
+    /// `(id, token, token)`: `token` NULL deletes by id.
     pub redeliver_delete: String,
     pub release_head: String,
 }
 
 impl MySqlStatements {
+    /// Marks claimed rows `ids` delivered by the claim of `token`.
+    pub fn mark_delivered(&self, token: i64, ids: &[i64]) -> String {
+        format!(
+            "{}{} WHERE id IN {}",
+            self.mark_delivered_head,
+            delivered_at_of(token),
+            crate::sql::ids::id_list(ids)
+        )
+    }
+
+    /// Renews, to the claim of `token`, the rows of `condition` still held.
+    pub fn renew(&self, token: i64, condition: &str) -> String {
+        format!(
+            "UPDATE {} SET delivered_at = {} WHERE delivered_at IS NOT NULL AND {condition}",
+            self.table,
+            delivered_at_of(token)
+        )
+    }
+
     /// `INSERT … VALUES (…), (…)` for `rows` messages, four binds each.
     pub fn insert(&self, rows: usize) -> String {
         let mut sql =
@@ -45,9 +82,7 @@ pub fn statements(t: &str) -> (TableStatements, MySqlStatements) {
     );
     let shared = TableStatements {
         setup: create_table.clone(),
-        keep_head: format!(
-            "UPDATE {t} SET delivered_at = NOW(3) WHERE delivered_at IS NOT NULL AND id IN "
-        ),
+        delete_head: format!("DELETE FROM {t} WHERE "),
         // A row becomes claimable at its available_at, or, while claimed, when its claim's
         // lease runs out. The lease is bound once, after the queue name, as every dialect's
         // next_due takes them: the derived table `p` makes it a column the CASE can reuse.
@@ -67,10 +102,13 @@ pub fn statements(t: &str) -> (TableStatements, MySqlStatements) {
     let own = MySqlStatements {
         create_table,
         claim_select: format!(
-            "SELECT CAST(id AS CHAR) AS id, body, headers FROM {t} WHERE {claimable} \
+            "SELECT CAST(id AS CHAR) AS id, body, headers, {NOW_TOKEN} AS token FROM {t} WHERE {claimable} \
              ORDER BY {t}.available_at, {t}.delivered_at, {t}.id LIMIT ? FOR UPDATE SKIP LOCKED"
         ),
-        mark_delivered_head: format!("UPDATE {t} SET delivered_at = NOW(3) WHERE id IN "),
+        mark_delivered_head: format!("UPDATE {t} SET delivered_at = "),
+        now_token: format!("SELECT {NOW_TOKEN} AS token"),
+        table: t.to_owned(),
+        renewed_head: format!("SELECT CAST(id AS CHAR) AS id, {TOKEN_OF} AS token FROM {t} WHERE "),
         insert_row: "(?, ?, ?, NOW(3), NOW(3) + INTERVAL ? MICROSECOND)",
         insert_head: format!(
             "INSERT INTO {t} (queue_name, body, headers, created_at, available_at) VALUES "
@@ -78,9 +116,10 @@ pub fn statements(t: &str) -> (TableStatements, MySqlStatements) {
         insert_one: format!(
             "INSERT INTO {t} (queue_name, body, headers, created_at, available_at) VALUES (?, ?, ?, NOW(3), NOW(3) + INTERVAL ? MICROSECOND)"
         ),
-        delete_head: format!("DELETE FROM {t} WHERE id IN "),
-        redeliver_delete: format!("DELETE FROM {t} WHERE id = ?"),
-        release_head: format!("UPDATE {t} SET delivered_at = NULL WHERE id IN "),
+        redeliver_delete: format!(
+            "DELETE FROM {t} WHERE id = ? AND (? IS NULL OR {TOKEN_OF} = ?)"
+        ),
+        release_head: format!("UPDATE {t} SET delivered_at = NULL WHERE "),
     };
     (shared, own)
 }

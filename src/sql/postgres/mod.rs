@@ -7,11 +7,14 @@ mod listener;
 mod statements;
 
 use crate::dsn::SqlDsn;
-use crate::engine::{NewMessage, StoredMessage};
+use crate::engine::{Held, NewMessage, StoredMessage};
 use crate::error::Result;
-use crate::sql::dialect::{DialectFacts, OpenedTarget, SqlDialect, TableStatements};
+use crate::sql::dialect::{
+    renew_returning, DialectFacts, OpenedTarget, SqlDialect, TableStatements,
+};
 use crate::sql::driver::{Driver, SqlResult};
 use crate::sql::errors::Failure;
+use crate::sql::ids::HeldRow;
 use crate::sql::retry::with_rollback_retry;
 use crate::sql::table_queue::TableQueue;
 use crate::sql::target::{invalid_dsn, server_pool_options, SqlTarget};
@@ -47,6 +50,7 @@ impl SqlDialect for Postgres {
         push_wakeup: true,
         has_server: true,
     };
+    const TOKEN_OF: &'static str = statements::TOKEN_OF;
 
     fn targets() -> &'static Targets<SqlTarget<Self>> {
         &TARGETS
@@ -159,13 +163,14 @@ impl SqlDialect for Postgres {
                 .bind(i64::from(limit))
                 .fetch_all(&queue.target.pool)
                 .await?;
-            rows.iter().map(sqlx::Postgres::message_of).collect()
+            rows.iter().map(sqlx::Postgres::claimed_of).collect()
         })
     }
 
     fn redeliver<'a>(
         queue: &'a TableQueue<Self>,
         id: i64,
+        token: Option<i64>,
         copy: &'a NewMessage,
     ) -> BoxFuture<'a, SqlResult<Option<String>>> {
         Box::pin(async move {
@@ -175,30 +180,29 @@ impl SqlDialect for Postgres {
                 .bind(&copy.headers)
                 .bind(copy.delay_ms)
                 .bind(&queue.config.table)
+                .bind(token)
                 .fetch_optional(&queue.target.pool)
                 .await?;
             row.map(|r| r.try_get::<String, _>("id")).transpose()
         })
     }
 
-    fn delete<'a>(queue: &'a TableQueue<Self>, ids: &'a [i64]) -> BoxFuture<'a, SqlResult<()>> {
+    fn release(queue: &TableQueue<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>> {
         Box::pin(async move {
-            sqlx::query(&queue.sql.delete)
-                .bind(ids)
+            let sql = format!(
+                "{}{condition}{}",
+                queue.sql.release_head, queue.sql.release_tail
+            );
+            sqlx::query(&sql)
+                .persistent(false)
+                .bind(&queue.config.table)
                 .execute(&queue.target.pool)
                 .await?;
             Ok(())
         })
     }
 
-    fn release<'a>(queue: &'a TableQueue<Self>, ids: &'a [i64]) -> BoxFuture<'a, SqlResult<()>> {
-        Box::pin(async move {
-            sqlx::query(&queue.sql.release)
-                .bind(ids)
-                .bind(&queue.config.table)
-                .execute(&queue.target.pool)
-                .await?;
-            Ok(())
-        })
+    fn renew(queue: &TableQueue<Self>, rows: Vec<HeldRow>) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
+        renew_returning(queue, &queue.sql.renew_head, &rows)
     }
 }

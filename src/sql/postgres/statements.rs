@@ -4,20 +4,26 @@
 
 use crate::sql::dialect::TableStatements;
 
+/// A claim's token: `delivered_at` in whole microseconds (PostgreSQL's own resolution, so
+/// exact whatever the column's precision).
+pub const TOKEN_OF: &str = "(extract(epoch FROM delivered_at) * 1000000)::bigint";
+
 /// PostgreSQL's own statements (the shared-shape ones are in [`TableStatements`]).
 pub struct PgStatements {
     pub create_table: String,
     pub create_index: String,
     /// `(queue, bodies[], headers[], delays_ms[], channel)` → ids, one NOTIFY per statement.
     pub insert: String,
-    /// `(queue, lease seconds, limit)` → claimed `(id, body, headers)`, in claim order.
+    /// `(queue, lease seconds, limit)` → claimed `(id, body, headers, token)`, in claim order.
     pub claim: String,
-    /// `(ids[])`.
-    pub delete: String,
-    /// `(id, body, headers, delay_ms, channel)` → the copy's id, or no row if `id` was gone.
+    /// `(id, body, headers, delay_ms, channel, token)` → the copy's id, or no row if `id` was
+    /// gone or (with a token) claimed anew.
     pub redeliver: String,
-    /// `(ids[], channel)`.
-    pub release: String,
+    /// `UPDATE … WHERE delivered_at IS NOT NULL AND `, a held-row condition appended.
+    pub renew_head: String,
+    /// `release_head`, a held-row condition, `release_tail`; binds `(channel)`.
+    pub release_head: String,
+    pub release_tail: &'static str,
 }
 
 pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
@@ -50,15 +56,16 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
     } else {
         "SELECT ins.id::text AS id FROM ins WHERE $5::text IS NOT NULL"
     };
-    let release = if notify {
-        format!(
-            "WITH r AS (UPDATE {t} SET delivered_at = NULL WHERE id = ANY($1::bigint[]) RETURNING queue_name) \
-             SELECT count(*) FROM (SELECT DISTINCT queue_name FROM r) AS q \
-             CROSS JOIN LATERAL (SELECT pg_notify($2::text, q.queue_name)) AS n"
+    let (release_head, release_tail) = if notify {
+        (
+            format!("WITH r AS (UPDATE {t} SET delivered_at = NULL WHERE "),
+            " RETURNING queue_name) SELECT count(*) FROM (SELECT DISTINCT queue_name FROM r) AS q \
+             CROSS JOIN LATERAL (SELECT pg_notify($1::text, q.queue_name)) AS n",
         )
     } else {
-        format!(
-            "UPDATE {t} SET delivered_at = NULL WHERE id = ANY($1::bigint[]) AND $2::text IS NOT NULL"
+        (
+            format!("UPDATE {t} SET delivered_at = NULL WHERE "),
+            " AND $1::text IS NOT NULL",
         )
     };
     let create_table = format!(
@@ -74,9 +81,7 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
         setup: format!(
             "SELECT pg_advisory_xact_lock(hashtext('nestjs-messenger:{t}')); {create_table}; {create_index}"
         ),
-        keep_head: format!(
-            "UPDATE {t} SET delivered_at = now() WHERE delivered_at IS NOT NULL AND id IN "
-        ),
+        delete_head: format!("DELETE FROM {t} WHERE "),
         // A row becomes claimable at its available_at, or, while claimed, when its claim's
         // lease runs out (so an idle consumer takes over a crashed one's rows at the lease).
         next_due: format!(
@@ -101,19 +106,24 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
                ORDER BY available_at, delivered_at, id LIMIT $3 FOR UPDATE SKIP LOCKED \
              ), claimed AS ( \
                UPDATE {t} AS m SET delivered_at = now() FROM due WHERE m.id = due.id \
-               RETURNING m.id, m.body, m.headers, m.available_at \
-             ) SELECT claimed.id::text AS id, body, headers FROM claimed ORDER BY claimed.available_at, claimed.id"
+               RETURNING m.id, m.body, m.headers, m.available_at, {TOKEN_OF} AS token \
+             ) SELECT claimed.id::text AS id, body, headers, token FROM claimed ORDER BY claimed.available_at, claimed.id"
         ),
-        delete: format!("DELETE FROM {t} WHERE id = ANY($1::bigint[])"),
         redeliver: format!(
-            "WITH original AS (DELETE FROM {t} WHERE id = $1 RETURNING queue_name), \
+            "WITH original AS ( \
+               DELETE FROM {t} WHERE id = $1 AND ($6::bigint IS NULL OR {TOKEN_OF} = $6::bigint) RETURNING queue_name \
+             ), \
              ins AS ( \
                INSERT INTO {t} (queue_name, body, headers, available_at) \
                SELECT queue_name, $2::text, $3::text, now() + make_interval(secs => $4::float8 / 1000) \
                FROM original RETURNING id, queue_name \
              ) {redeliver_tail}"
         ),
-        release,
+        renew_head: format!(
+            "UPDATE {t} SET delivered_at = now() WHERE delivered_at IS NOT NULL AND "
+        ),
+        release_head,
+        release_tail,
     };
     (shared, own)
 }

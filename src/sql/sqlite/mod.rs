@@ -9,12 +9,14 @@ mod statements;
 pub use location::{parse_sqlite_location, SqliteLocation};
 
 use crate::dsn::SqlDsn;
-use crate::engine::{NewMessage, StoredMessage};
+use crate::engine::{Held, NewMessage, StoredMessage};
 use crate::error::{Error, Result};
-use crate::sql::dialect::{DialectFacts, OpenedTarget, SqlDialect, TableStatements};
+use crate::sql::dialect::{
+    renew_returning, DialectFacts, OpenedTarget, SqlDialect, TableStatements,
+};
 use crate::sql::driver::{Driver, SqlResult};
 use crate::sql::errors::Failure;
-use crate::sql::ids::id_list;
+use crate::sql::ids::HeldRow;
 use crate::sql::table_queue::TableQueue;
 use crate::sql::target::SqlTarget;
 use crate::targets::Targets;
@@ -43,6 +45,7 @@ impl SqlDialect for Sqlite {
         push_wakeup: false,
         has_server: false,
     };
+    const TOKEN_OF: &'static str = statements::TOKEN_OF;
 
     fn targets() -> &'static Targets<SqlTarget<Self>> {
         &TARGETS
@@ -153,7 +156,7 @@ impl SqlDialect for Sqlite {
             let mut claimed = Vec::with_capacity(rows.len());
             for row in &rows {
                 let available_at: String = row.try_get("available_at")?;
-                let message = sqlx::Sqlite::message_of(row)?;
+                let message = sqlx::Sqlite::claimed_of(row)?;
                 let id: i64 = message.id.parse().unwrap_or(i64::MAX);
                 claimed.push((available_at, id, message));
             }
@@ -167,12 +170,14 @@ impl SqlDialect for Sqlite {
     fn redeliver<'a>(
         queue: &'a TableQueue<Self>,
         id: i64,
+        token: Option<i64>,
         copy: &'a NewMessage,
     ) -> BoxFuture<'a, SqlResult<Option<String>>> {
         Box::pin(async move {
             let mut tx = queue.target.pool.begin().await?;
             let deleted = sqlx::query(&queue.sql.redeliver_delete)
                 .bind(id)
+                .bind(token)
                 .execute(&mut *tx)
                 .await?;
             if deleted.rows_affected() == 0 {
@@ -191,13 +196,12 @@ impl SqlDialect for Sqlite {
         })
     }
 
-    fn delete<'a>(queue: &'a TableQueue<Self>, ids: &'a [i64]) -> BoxFuture<'a, SqlResult<()>> {
-        let sql = format!("{}{}", queue.sql.delete_head, id_list(ids));
+    fn release(queue: &TableQueue<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>> {
+        let sql = format!("{}{condition}", queue.sql.release_head);
         sqlx::Sqlite::execute_text(&queue.target.pool, sql)
     }
 
-    fn release<'a>(queue: &'a TableQueue<Self>, ids: &'a [i64]) -> BoxFuture<'a, SqlResult<()>> {
-        let sql = format!("{}{}", queue.sql.release_head, id_list(ids));
-        sqlx::Sqlite::execute_text(&queue.target.pool, sql)
+    fn renew(queue: &TableQueue<Self>, rows: Vec<HeldRow>) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
+        renew_returning(queue, &queue.sql.renew_head, &rows)
     }
 }

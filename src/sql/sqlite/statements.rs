@@ -6,18 +6,23 @@ use crate::sql::dialect::TableStatements;
 
 const NOW: &str = "strftime('%Y-%m-%d %H:%M:%f', 'now')";
 
+/// A claim's token: `delivered_at` (millisecond text) as whole microseconds since the epoch.
+pub const TOKEN_OF: &str =
+    "CAST(round((julianday(delivered_at) - 2440587.5) * 86400000.0) AS INTEGER) * 1000";
+
 /// SQLite's own statements (the shared-shape ones are in [`TableStatements`]).
 pub struct SqliteStatements {
     pub create_table: String,
     pub create_index: String,
     /// `(queue, body, headers, delay_ms)`.
     pub insert: String,
-    /// `(queue, lease seconds, limit)` → claimed `(id, body, headers, available_at)`.
+    /// `(queue, lease seconds, limit)` → claimed `(id, body, headers, available_at, token)`.
     pub claim: String,
-    pub delete_head: String,
-    /// `(id)`.
+    /// `(id, token or NULL)`.
     pub redeliver_delete: String,
     pub release_head: String,
+    /// `UPDATE … WHERE delivered_at IS NOT NULL AND `, a held-row condition appended.
+    pub renew_head: String,
 }
 
 pub fn statements(t: &str) -> (TableStatements, SqliteStatements) {
@@ -33,9 +38,7 @@ pub fn statements(t: &str) -> (TableStatements, SqliteStatements) {
     );
     let shared = TableStatements {
         setup: format!("{create_table}; {create_index}"),
-        keep_head: format!(
-            "UPDATE {t} SET delivered_at = {NOW} WHERE delivered_at IS NOT NULL AND id IN "
-        ),
+        delete_head: format!("DELETE FROM {t} WHERE "),
         // A row becomes claimable at its available_at, or, while claimed, when its claim's
         // lease runs out (so an idle consumer takes over a crashed one's rows at the lease).
         next_due: format!(
@@ -61,11 +64,15 @@ pub fn statements(t: &str) -> (TableStatements, SqliteStatements) {
         claim: format!(
             "UPDATE {t} SET delivered_at = {NOW} WHERE id IN ( \
                SELECT id FROM {t} WHERE {claimable} ORDER BY available_at, delivered_at, id LIMIT ?3 \
-             ) RETURNING CAST(id AS TEXT) AS id, body, headers, available_at"
+             ) RETURNING CAST(id AS TEXT) AS id, body, headers, available_at, {TOKEN_OF} AS token"
         ),
-        delete_head: format!("DELETE FROM {t} WHERE id IN "),
-        redeliver_delete: format!("DELETE FROM {t} WHERE id = ?1"),
-        release_head: format!("UPDATE {t} SET delivered_at = NULL WHERE id IN "),
+        redeliver_delete: format!(
+            "DELETE FROM {t} WHERE id = ?1 AND (?2 IS NULL OR {TOKEN_OF} = ?2)"
+        ),
+        release_head: format!("UPDATE {t} SET delivered_at = NULL WHERE "),
+        renew_head: format!(
+            "UPDATE {t} SET delivered_at = {NOW} WHERE delivered_at IS NOT NULL AND "
+        ),
     };
     (shared, own)
 }
