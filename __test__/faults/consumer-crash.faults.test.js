@@ -13,70 +13,23 @@
 
 const path = require('node:path');
 const fs = require('node:fs');
-const { fork } = require('node:child_process');
 const { startServer } = require('./support/servers');
+const { forkChild, within } = require('./support/child-consumer');
 const { makeTransport, uniqueQueue, residue } = require('./support/engines');
 const { LoadRun, violations, summary, sleep, settleWithin } = require('./support/account');
 const { sqlite } = require('../../bench/engines');
 
 const temporarySqliteDsn = (prefix) => sqlite.temporaryDsn(prefix);
 
-const CHILD = path.join(__dirname, 'support', 'crash-consumer.js');
 const LEASE_MS = 2000;
 const COME_BACK_BOUND_MS = LEASE_MS + 5000;
 const MESSAGES = 60;
 const ACK_FIRST = 3;
 
-const children = new Set();
-process.once('exit', () => {
-  for (const child of children) child.kill('SIGKILL');
-});
-
 /** A private SQLite file (no server), with the interface of support/servers.js. */
 function sqliteServer() {
   const dsn = temporarySqliteDsn('nmn-fault-sqlite');
   return { engine: 'sqlite', dsn, stop: async () => fs.rmSync(path.dirname(dsn.slice('sqlite://'.length)), { recursive: true, force: true }) };
-}
-
-/** Forks the crash consumer; `ready`, `holding`, `exited` are promises, `acked` grows. */
-function forkChild(engine, options) {
-  const child = fork(CHILD, [], {
-    cwd: path.join(__dirname, '..', '..'),
-    execArgv: [],
-    silent: true,
-    env: {
-      ...process.env,
-      FAULT_ENGINE: engine,
-      FAULT_OPTIONS: JSON.stringify(options),
-      FAULT_ACK_FIRST: String(ACK_FIRST),
-    },
-  });
-  children.add(child);
-  const state = { child, got: [], acked: [], output: '', error: undefined };
-  child.stdout.on('data', (chunk) => (state.output += chunk));
-  child.stderr.on('data', (chunk) => (state.output += chunk));
-  let onReady;
-  let onHolding;
-  state.ready = new Promise((resolve) => (onReady = resolve));
-  state.holding = new Promise((resolve) => (onHolding = resolve));
-  state.exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve(signal ?? code)));
-  state.exited.then(() => children.delete(child));
-  child.on('message', (message) => {
-    if (message.type === 'ready') onReady();
-    if (message.type === 'got') state.got.push(message);
-    if (message.type === 'acked') state.acked.push({ ...message, at: Date.now() });
-    if (message.type === 'holding') onHolding(message);
-    if (message.type === 'error') state.error = message;
-  });
-  return state;
-}
-
-async function within(promise, ms, what, state) {
-  const result = await settleWithin(promise, ms);
-  if (result.timeout) {
-    throw new Error(`the child consumer did not ${what} within ${ms} ms: ${state.error?.message ?? ''}\n${state.output}`);
-  }
-  return result.value;
 }
 
 describe.each(['postgres', 'mariadb', 'sqlite', 'redis'])('%s: kill -9 of a consumer process', (engine) => {
@@ -113,7 +66,7 @@ describe.each(['postgres', 'mariadb', 'sqlite', 'redis'])('%s: kill -9 of a cons
       run = new LoadRun({ producers: [producer], consumers: [survivor], opBoundMs: 10_000 });
       await run.sendBatch(MESSAGES);
 
-      state = forkChild(engine, { ...base, ...(engine === 'redis' && { consumer: `doomed-${process.pid}` }) });
+      state = forkChild(engine, { ...base, ...(engine === 'redis' && { consumer: `doomed-${process.pid}` }) }, ACK_FIRST);
       await within(state.ready, 20_000, 'start', state);
       state.child.send({ type: 'start' });
       const holding = await within(state.holding, 20_000, 'hold a message', state);
