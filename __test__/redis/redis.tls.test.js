@@ -13,7 +13,8 @@ const {
 } = require('@schally/nestjs-messenger');
 const { RedisStreamsTransport } = require('../..');
 const { redis: engine } = require('../support/engines');
-const { startRedisServer, makeTlsFiles } = require('../support/redis-server');
+const { startRedisServer } = require('../support/redis-server');
+const { makeTlsFiles } = require('../support/tls-files');
 const {
   TestMessage,
   serializer,

@@ -8,7 +8,7 @@ const fs = require('node:fs');
 const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
-const { spawn, execFileSync } = require('node:child_process');
+const { spawn } = require('node:child_process');
 const { freePort } = require('./ports');
 
 const live = new Set();
@@ -47,7 +47,8 @@ async function waitForPort(port, open, timeoutMs = 10000) {
 /**
  * Starts `redis-server` on 127.0.0.1 without persistence.
  * @param {{ port?: number, tls?: { cert: string, key: string, ca: string }, args?: string[] }} [options]
- *   `tls`: serve TLS only (plain port 0) on `port`, client certificates not required.
+ *   `tls`: serve TLS only (plain port 0) on `port`, client certificates not required (files from
+ *   tls-files.js).
  */
 async function startRedisServer(options = {}) {
   const port = options.port ?? (await freePort());
@@ -118,38 +119,4 @@ async function startRedisServer(options = {}) {
   };
 }
 
-/**
- * A throwaway CA and a server certificate signed by it (for 127.0.0.1 and localhost unless
- * `subjectAltName` says otherwise), plus a second, unrelated CA; all PEM files in a new
- * temporary directory.
- */
-function makeTlsFiles({ subjectAltName = 'IP:127.0.0.1,DNS:localhost' } = {}) {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nmn-tls-'));
-  const file = (name) => path.join(dir, name);
-  const openssl = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
-  for (const ca of ['ca', 'other-ca']) {
-    openssl(
-      'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2',
-      '-keyout', file(`${ca}.key`), '-out', file(`${ca}.crt`), '-subj', `/CN=nmn test ${ca}`,
-    );
-  }
-  openssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', file('server.key'), '-out', file('server.csr'), '-subj', '/CN=nmn test server');
-  fs.writeFileSync(
-    file('server.ext'),
-    `basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=${subjectAltName}\n`,
-  );
-  openssl(
-    'x509', '-req', '-in', file('server.csr'), '-CA', file('ca.crt'), '-CAkey', file('ca.key'),
-    '-CAcreateserial', '-out', file('server.crt'), '-days', '2', '-extfile', file('server.ext'),
-  );
-  return {
-    dir,
-    ca: file('ca.crt'),
-    otherCa: file('other-ca.crt'),
-    cert: file('server.crt'),
-    key: file('server.key'),
-    remove: () => fs.rmSync(dir, { recursive: true, force: true }),
-  };
-}
-
-module.exports = { waitForPort, startRedisServer, makeTlsFiles };
+module.exports = { waitForPort, startRedisServer };

@@ -5,6 +5,7 @@
 // `postgres` OS user), a MariaDB on its own datadir (run as the `mysql` OS user), and
 // redis-server with an fsync-always AOF. Each can be stopped, restarted (with a chosen time
 // down) or crashed, and has an admin helper that kills every other client connection.
+// PostgreSQL and MariaDB can also serve TLS with a given certificate (option `ssl`).
 // They never touch the shared services on 5432/3306/6379. Every process started here is
 // stopped by the test's afterAll and, whatever happens, killed when the jest worker exits.
 
@@ -70,6 +71,30 @@ function runAsAsync(user, command, args, { timeout = 60_000 } = {}) {
   });
 }
 
+/**
+ * Copies a server's certificate and key into its directory, owned by the server's OS user
+ * (which cannot read the test's own temporary files), the key with mode 0600 (PostgreSQL
+ * refuses a key others can read). Resolves to the copies' paths.
+ * @param {string} dir the server's directory (owned by `owner`)
+ * @param {string} owner
+ * @param {{ cert: string, key: string }} ssl
+ */
+function installTlsFiles(dir, owner, ssl) {
+  const tls = path.join(dir, 'tls');
+  fs.mkdirSync(tls, { mode: 0o700 });
+  const cert = path.join(tls, 'server.crt');
+  const key = path.join(tls, 'server.key');
+  fs.copyFileSync(ssl.cert, cert);
+  fs.copyFileSync(ssl.key, key);
+  fs.chmodSync(cert, 0o644);
+  fs.chmodSync(key, 0o600);
+  if (isRoot) {
+    const result = spawnSync('chown', ['-R', `${owner}:${owner}`, tls], { encoding: 'utf8' });
+    if (result.status !== 0) throw new Error(`chown ${tls} to ${owner} failed: ${result.stderr}`);
+  }
+  return { cert, key };
+}
+
 function requireBinary(file, how) {
   if (!fs.existsSync(file)) throw new Error(`${file} not found: the fault tests need it. ${how}`);
 }
@@ -82,9 +107,12 @@ const PG_BIN = process.env.FAULTS_PG_BIN ?? '/usr/lib/postgresql/15/bin';
 
 /**
  * A fresh PostgreSQL cluster with trust authentication on a free loopback port.
- * `dsn` is the superuser on database `postgres`.
+ * `dsn` is the superuser on database `postgres` (plaintext: `ssl` adds TLS, it does not
+ * require it).
+ * @param {{ ssl?: { cert: string, key: string } }} [options] `ssl`: serve TLS (`ssl = on`) with
+ *   this certificate and key
  */
-async function startPostgres() {
+async function startPostgres({ ssl } = {}) {
   const how = 'Install the PostgreSQL 15 server (apt-get install postgresql-15) or set FAULTS_PG_BIN.';
   requireBinary(path.join(PG_BIN, 'initdb'), how);
   requireBinary(path.join(PG_BIN, 'pg_ctl'), how);
@@ -96,6 +124,11 @@ async function startPostgres() {
   runAs('postgres', path.join(PG_BIN, 'initdb'), [
     '-D', data, '-U', 'postgres', '--auth=trust', '--no-sync', '--no-instructions', '-E', 'UTF8', '--locale=C',
   ]);
+  let tlsOptions = '';
+  if (ssl !== undefined) {
+    const files = installTlsFiles(dir, 'postgres', ssl);
+    tlsOptions = ` -c ssl=on -c ssl_cert_file=${files.cert} -c ssl_key_file=${files.key}`;
+  }
   let port;
   let running = false;
   const hook = () => {
@@ -113,7 +146,7 @@ async function startPostgres() {
   const start = async () => {
     await pgCtlAsync([
       '-l', log, '-w', '-t', '30',
-      '-o', `-c listen_addresses=127.0.0.1 -p ${port} -k ${dir} -c fsync=off -c max_connections=200`,
+      '-o', `-c listen_addresses=127.0.0.1 -p ${port} -k ${dir} -c fsync=off -c max_connections=200${tlsOptions}`,
       'start',
     ]);
     running = true;
@@ -209,9 +242,11 @@ const MARIADB_INSTALL_DB = process.env.FAULTS_MARIADB_INSTALL_DB ?? '/usr/bin/ma
 
 /**
  * A fresh MariaDB on its own datadir and a free loopback port; `root` has no password.
- * `dsn` is root on database `test`.
+ * `dsn` is root on database `test` (plaintext: `ssl` adds TLS, it does not require it).
+ * @param {{ ssl?: { cert: string, key: string } }} [options] `ssl`: serve TLS with this
+ *   certificate and key
  */
-async function startMariadb() {
+async function startMariadb({ ssl } = {}) {
   const how = 'Install the MariaDB server (apt-get install mariadb-server) or set FAULTS_MARIADBD / FAULTS_MARIADB_INSTALL_DB.';
   requireBinary(MARIADBD, how);
   requireBinary(MARIADB_INSTALL_DB, how);
@@ -226,6 +261,11 @@ async function startMariadb() {
   if (install.status !== 0) {
     fs.rmSync(dir, { recursive: true, force: true });
     throw new Error(`mariadb-install-db failed (status ${install.status}):\n${install.stdout}\n${install.stderr}`);
+  }
+  let tlsArgs = [];
+  if (ssl !== undefined) {
+    const files = installTlsFiles(dir, 'mysql', ssl);
+    tlsArgs = [`--ssl-cert=${files.cert}`, `--ssl-key=${files.key}`];
   }
 
   let child;
@@ -262,6 +302,7 @@ async function startMariadb() {
         '--skip-log-bin',
         '--performance-schema=OFF',
         '--max-connections=300',
+        ...tlsArgs,
       ],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );
@@ -425,13 +466,16 @@ async function startRedis() {
   };
 }
 
-/** Starts the private server of `engine` ('postgres' | 'mariadb' | 'redis'). */
-function startServer(engine) {
+/**
+ * Starts the private server of `engine` ('postgres' | 'mariadb' | 'redis'); `options` go to
+ * the SQL servers' starters (`ssl`).
+ */
+function startServer(engine, options = {}) {
   switch (engine) {
     case 'postgres':
-      return startPostgres();
+      return startPostgres(options);
     case 'mariadb':
-      return startMariadb();
+      return startMariadb(options);
     case 'redis':
       return startRedis();
     default:
