@@ -108,7 +108,7 @@ class NativeTransport {
     // makes acking a find() result delete it. Write-behind: recorded now (a sync call), written
     // with the acks around it; close(), list(), find() and getMessageCount() wait for it.
     if (this.#writeBehind) {
-      this.#queue.ackLater(id);
+      nativeSync(() => this.#queue.ackLater(id));
       return;
     }
     await this.#settles.track(native(this.#queue.ack(id)));

@@ -49,6 +49,9 @@ pub struct Queue {
     /// failures instead of reporting them (before it, an unreachable server fails fast).
     contacted: AtomicBool,
     closing: CancellationToken,
+    /// close() has begun its last step (JavaScript saw every in-flight settle): an ack or a
+    /// reject now would be recorded but never written, so it is refused.
+    closed: AtomicBool,
     waiters: Mutex<HashMap<u32, CancellationToken>>,
     /// The tokens of this process's claims, which every settle carries.
     fence: Arc<Fence>,
@@ -147,6 +150,7 @@ impl Queue {
             batch_size: AtomicU32::new(first_batch.clamp(1, MAX_CLAIM_BATCH)),
             contacted: AtomicBool::new(false),
             closing: CancellationToken::new(),
+            closed: AtomicBool::new(false),
             waiters: Mutex::default(),
         }
     }
@@ -430,10 +434,22 @@ impl Queue {
         Ok(())
     }
 
+    fn guard_not_closed(&self, what: &str) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(Error::closed(format!(
+                "Cannot {what} on a transport that is closed."
+            )))
+        } else {
+            Ok(())
+        }
+    }
+
     /// Records an ack whose delete the write-behind flusher writes (needs a runtime context).
-    pub fn ack_later(&self, id: String) {
+    pub fn ack_later(&self, id: String) -> Result<()> {
+        self.guard_not_closed("ack")?;
         self.settled(&id);
         self.acks_behind.push(id);
+        Ok(())
     }
 
     /// Stops renewing the claim of a delivered row: its handler is done (acked, rejected, or
@@ -460,12 +476,14 @@ impl Queue {
     }
 
     pub async fn ack(&self, id: &str) -> Result<()> {
+        self.guard_not_closed("ack")?;
         self.settled(id);
         self.acks.submit(id.to_owned()).await
     }
 
     /// Deletes the original and inserts the copy atomically; None if the original was gone.
     pub async fn redeliver(&self, id: &str, copy: NewMessage) -> Result<Option<String>> {
+        self.guard_not_closed("reject")?;
         self.settled(id);
         let result = self.fence.redeliver(&*self.engine, id, copy).await?;
         if result.is_some() {
@@ -504,6 +522,7 @@ impl Queue {
     /// rows, then let go of the shared pool.
     pub async fn close(&self) -> Result<()> {
         self.begin_close();
+        self.closed.store(true, Ordering::Release);
         let flushed = self.flush_acks().await;
         let released = self.release_prefetched().await;
         self.engine.shutdown().await;

@@ -23,6 +23,10 @@ const MAX_RETRY_PAUSE: Duration = Duration::from_secs(2);
 struct State {
     pending: Vec<String>,
     writing: usize,
+    /// Acks recorded and acks written (or found moot) so far: acks are written in the order
+    /// they were recorded, so `written >= n` means the first `n` are done.
+    recorded: u64,
+    written: u64,
     /// The last flush failure, reported to the next `flush()` caller.
     error: Option<Error>,
 }
@@ -56,7 +60,11 @@ impl WriteBehind {
 
     /// Records an ack; needs a runtime context (the flusher starts on first use).
     pub fn push(&self, id: String) {
-        self.lock().pending.push(id);
+        {
+            let mut state = self.lock();
+            state.pending.push(id);
+            state.recorded += 1;
+        }
         self.flusher.get_or_init(|| {
             let flusher = Flusher {
                 engine: self.engine.clone(),
@@ -76,13 +84,14 @@ impl WriteBehind {
     /// acks stay recorded and keep being retried).
     pub async fn flush(&self, patience: Duration) -> Result<()> {
         let deadline = tokio::time::Instant::now() + patience;
+        let target = self.lock().recorded;
         loop {
             let idle = self.idle.notified();
             tokio::pin!(idle);
             idle.as_mut().enable();
             {
                 let state = self.lock();
-                if state.pending.is_empty() && state.writing == 0 {
+                if state.written >= target {
                     return Ok(());
                 }
                 if tokio::time::Instant::now() >= deadline {
@@ -146,14 +155,25 @@ impl Flusher {
             }
             match self.fence.delete(&*self.engine, batch.clone()).await {
                 Ok(()) => {
-                    let mut s = self.lock();
-                    s.writing = 0;
-                    s.error = None;
+                    {
+                        let mut s = self.lock();
+                        s.writing = 0;
+                        s.written += batch.len() as u64;
+                        s.error = None;
+                    }
                     pause = RETRY_PAUSE;
+                    self.idle.notify_waiters();
                 }
                 // The table (or stream group) is gone, and the rows with it: nothing is left to
                 // delete. Retrying by id later could delete a new row that reuses an id.
-                Err(error) if error.kind == ErrorKind::NotFound => self.lock().writing = 0,
+                Err(error) if error.kind == ErrorKind::NotFound => {
+                    {
+                        let mut s = self.lock();
+                        s.writing = 0;
+                        s.written += batch.len() as u64;
+                    }
+                    self.idle.notify_waiters();
+                }
                 Err(error) => {
                     {
                         let mut s = self.lock();

@@ -364,9 +364,62 @@ function errorsSuite(engine) {
     });
   }
 
+  settlesAroundClose(engine, make);
   if (engine.kind === 'sql') processExit(engine, () => unreachableDsn);
 
   return { make, track, SECRET, unreachable: () => ({ dsn: unreachableDsn, port: unreachablePort }) };
+}
+
+/**
+ * Acks around close(): those recorded before it are written by it; one after it is refused
+ * (it would be recorded and never written); and a count or a list waits for the acks recorded
+ * before it, not for a queue that a busy consumer never lets empty.
+ */
+function settlesAroundClose(engine, make) {
+  describe('acks around close() and a busy consumer', () => {
+    const dsn = engine.runDsn('nmn-settles');
+
+    beforeAll(async () => {
+      await engine.requireServer?.();
+    });
+
+    it('refuses an ack after close() with TransportError, in both ack modes', async () => {
+      for (const ackMode of ['write-behind', 'commit']) {
+        const t = make(dsn, { serializer: serializer(), ackMode });
+        await t.send(envelopeOf('late-ack'));
+        const received = await receiveOne(t);
+        await t.ack(received);
+        await t.close();
+        const { error } = await failure(() => t.ack(received));
+        expect(error).toBeInstanceOf(TransportError);
+        expect(error.message).toMatch(/closed/);
+      }
+    });
+
+    it('answers getMessageCount() while a consumer keeps acking', async () => {
+      const target = engine.target('busy');
+      const t = make(dsn, { serializer: serializer(), ...target });
+      const consumer = make(dsn, { serializer: serializer(), ...target });
+      const sends = [];
+      for (let i = 0; i < 3000; i += 1) sends.push(t.send(envelopeOf(`busy-${i}`)));
+      await Promise.all(sends);
+      const controller = new AbortController();
+      let acked = 0;
+      const loop = (async () => {
+        for await (const envelope of consumer.get(controller.signal)) {
+          await consumer.ack(envelope);
+          acked += 1;
+        }
+      })();
+      while (acked < 100) await new Promise((resolve) => setTimeout(resolve, 5));
+      const counted = await settleWithin(consumer.getMessageCount(), 4000);
+      const ackedMeanwhile = acked;
+      controller.abort();
+      await loop;
+      expect(counted.value).toEqual(expect.any(Number));
+      expect(ackedMeanwhile).toBeGreaterThan(100);
+    }, 20000);
+  });
 }
 
 /** Processes that exit by themselves after close(): a round trip, an idle consumer, a worker thread. */

@@ -18,6 +18,8 @@ const redis = {
   /** Removes a target's stream and its default delayed zset. */
   removeTarget: (target, dsn) => engine.admin(dsn).del([target.stream, `${target.stream}:delayed`]),
   errorLabel: 'Redis',
+  /** The database a test file works in: the shared server (each test on a stream of its own). */
+  runDsn: () => engine.dsn,
   requireServer: () => requireServer(engine),
   dsnWith: (parts) => dsnWith(engine.dsn, parts),
 
