@@ -8,6 +8,7 @@ use super::connection::{Conn, ConnectOptions, Target};
 use super::errors::classify;
 use super::replies::{as_i64, complete, is_stream_id, parse_entries};
 use super::slot;
+use super::writes::SendBatch;
 use crate::dsn::RedisDsn;
 use crate::engine::{Engine, Held, NewMessage, StoredMessage};
 use crate::error::{ErrorKind, Result};
@@ -180,12 +181,16 @@ impl Engine for RedisQueue {
     fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
             // A connection found closed (the server dropped it while idle: a restart, a
-            // CLIENT KILL) is re-made and the batch sent once more; a timeout is never re-sent
-            // (the batch may have been stored, and the error says so).
-            let ids = match self.insert_once(&messages).await {
-                Err(failure) if failure.dropped && self.contacted.load(Ordering::Acquire) => {
-                    self.insert_once(&messages).await.map_err(|f| f.error)?
-                }
+            // CLIENT KILL; or just after it ran the batch) is re-made and the same batch sent
+            // once more: a batch is stored once however often it is sent. A timeout is not
+            // re-sent (the server may still be working on it; the error says it may have been
+            // stored).
+            let batch = SendBatch::new(&self.config.stream, &messages, self.config.connect.cluster);
+            let ids = match self.insert_once(&messages, &batch).await {
+                Err(failure) if failure.dropped && self.contacted.load(Ordering::Acquire) => self
+                    .insert_once(&messages, &batch)
+                    .await
+                    .map_err(|f| f.error)?,
                 other => other.map_err(|f| f.error)?,
             };
             if let Some(earliest) = messages
@@ -229,8 +234,10 @@ impl Engine for RedisQueue {
 
     fn delete(&self, held: Vec<Held>) -> BoxFuture<'_, Result<u64>> {
         Box::pin(async move {
+            // Forgotten once written: until then a re-read of our own pending entries (after a
+            // failed claim) must still skip them, or an ack waiting out an outage would see its
+            // message delivered again.
             let ids: Vec<String> = held.iter().map(|h| h.id.clone()).collect();
-            self.forget_delivered(&ids);
             let (fenced, by_id): (Vec<Held>, Vec<Held>) = held
                 .into_iter()
                 .filter(|h| is_stream_id(&h.id))
@@ -240,14 +247,16 @@ impl Engine for RedisQueue {
                 self.with_reconnect(|| self.ack_and_delete(by_id.clone(), "ack"))
                     .await?;
             }
-            if fenced.is_empty() {
-                return Ok(0);
+            let mut stale = 0;
+            if !fenced.is_empty() {
+                let fenced: Vec<String> = fenced.into_iter().map(|h| h.id).collect();
+                let settled = self
+                    .with_reconnect(|| self.settle_own(&fenced, "ack"))
+                    .await?;
+                stale = (fenced.len() as u64).saturating_sub(settled);
             }
-            let fenced: Vec<String> = fenced.into_iter().map(|h| h.id).collect();
-            let settled = self
-                .with_reconnect(|| self.settle_own(&fenced, "ack"))
-                .await?;
-            Ok((fenced.len() as u64).saturating_sub(settled))
+            self.forget_delivered(&ids);
+            Ok(stale)
         })
     }
 

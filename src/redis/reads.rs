@@ -14,6 +14,7 @@ use crate::engine::StoredMessage;
 use crate::error::Result;
 use crate::wake::WaitOutcome;
 use redis::{Script, Value};
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -73,28 +74,46 @@ impl RedisQueue {
         read
     }
 
+    /// One claim. A claim that failed may have taken entries into our pending list without
+    /// its reply reaching us (a connection lost after the server ran it): the next claim
+    /// re-reads our own pending entries first, so they are not hidden until the claim idle.
     pub(super) async fn claim_once(&self, limit: u32) -> Result<Vec<StoredMessage>> {
+        let claimed = self.claim_from_server(limit).await;
+        if claimed.is_err() {
+            self.recover_own.store(true, Ordering::Release);
+        }
+        claimed
+    }
+
+    async fn claim_from_server(&self, limit: u32) -> Result<Vec<StoredMessage>> {
         let mut conn = self.conn("read").await?;
         let mut entries = Vec::new();
-        if self.recover_own.swap(false, Ordering::AcqRel) {
+        // What we hold, as of before the reads: an entry acked (and forgotten) while a read
+        // was under way may be in its reply, and must still be skipped.
+        let recovering = self.recover_own.swap(false, Ordering::AcqRel);
+        let reclaiming = self.reclaim_due();
+        let delivered = if recovering || reclaiming {
+            self.delivered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        } else {
+            HashSet::new()
+        };
+        if recovering {
             let reply: Value = self
                 .read_group(limit, None, "0")
                 .query_async(&mut conn)
                 .await
                 .map_err(|e| self.err("read", &e))?;
-            let delivered = self
-                .delivered
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
             entries.extend(
                 parse_read_reply(reply)
                     .into_iter()
                     .filter(|e| !delivered.contains(&e.id)),
             );
         }
-        if self.reclaim_due() {
-            entries.extend(self.reclaim(&mut conn, limit).await?);
+        if reclaiming {
+            entries.extend(self.reclaim(&mut conn, limit, &delivered).await?);
         }
         let promoted: Value = PROMOTE
             .key(&self.config.delay_key)
@@ -161,7 +180,12 @@ impl RedisQueue {
     }
 
     /// XAUTOCLAIM from the kept cursor; a full pass ends when the cursor comes back to 0-0.
-    async fn reclaim(&self, conn: &mut Conn, limit: u32) -> Result<Vec<Entry>> {
+    async fn reclaim(
+        &self,
+        conn: &mut Conn,
+        limit: u32,
+        delivered: &HashSet<String>,
+    ) -> Result<Vec<Entry>> {
         let cursor = self
             .reclaim
             .lock()
@@ -179,9 +203,15 @@ impl RedisQueue {
             .query_async(conn)
             .await
             .map_err(|e| self.err("reclaim", &e))?;
-        let (next, entries) = parse_autoclaim_reply(reply);
+        let (next, mut entries) = parse_autoclaim_reply(reply);
+        // Our own entries idle past the threshold (a renewal held up by an outage) are ours
+        // already and held in our buffer or a handler: taking them again would deliver them
+        // twice.
+        entries.retain(|e| !delivered.contains(&e.id));
         let mut reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
-        if next == "0-0" {
+        // A pass goes on at once only while it finds work; one that found nothing resumes
+        // after the period, so an idle consumer never spins through a long pending list.
+        if next == "0-0" || entries.is_empty() {
             reclaim.next_at = Instant::now() + self.reclaim_period();
         }
         reclaim.cursor = next;

@@ -36,6 +36,17 @@ pub fn slot(key: &str) -> u16 {
     crc16(hashed_part(key.as_bytes())) % SLOTS
 }
 
+/// A key of the stream's own, `<stream>:<suffix>`, that hashes to the stream's slot (so one
+/// script can use both on a cluster); `None` if no simple name does.
+pub fn beside(stream: &str, suffix: &str) -> Option<String> {
+    let key = if hashed_part(stream.as_bytes()).len() < stream.len() {
+        format!("{stream}:{suffix}")
+    } else {
+        format!("{{{stream}}}:{suffix}")
+    };
+    (slot(&key) == slot(stream)).then_some(key)
+}
+
 /// Fails unless the stream and the delayed zset hash to one slot.
 pub fn check_same_slot(stream: &str, delay_key: &str) -> Result<()> {
     if slot(stream) == slot(delay_key) {
@@ -49,6 +60,17 @@ pub fn check_same_slot(stream: &str, delay_key: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_beside_a_stream_share_its_slot() {
+        for stream in ["messages", "messenger:{orders}", "a:{b}:c", "plain:name"] {
+            let key = beside(stream, "sent:n1").expect("a key beside the stream");
+            assert_eq!(slot(&key), slot(stream), "{key}");
+            assert!(key.contains(stream));
+        }
+        // An empty tag does not count as one: the whole name is hashed, braces and all.
+        assert!(beside("a{}b", "x").is_none_or(|key| slot(&key) == slot("a{}b")));
+    }
 
     #[test]
     fn known_slots() {

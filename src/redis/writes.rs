@@ -1,5 +1,5 @@
-//! Writes to a stream: sends (due entries as one pipeline of XADDs, delayed ones scored on
-//! Redis's clock by a script), rejects (the copy and the removal of the original in one
+//! Writes to a stream: sends (due entries by one script that stores a batch once however often
+//! it is sent, delayed ones scored on Redis's clock by a script), rejects (the copy and the removal of the original in one
 //! script) and acks (XACK and XDEL in one MULTI). Invariant: each write is one pipeline,
 //! script or transaction per attempt, and a reject copies only an entry still pending in
 //! the group, so repeating one after a lost reply makes no second copy.
@@ -11,11 +11,41 @@ use crate::error::{Error, Result};
 use redis::{Script, Value};
 use std::sync::LazyLock;
 
+static INSERT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/insert.lua")));
 static ADD_DELAYED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/add_delayed.lua")));
 static REDELIVER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/redeliver.lua")));
 static SETTLE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/settle.lua")));
+
+/// How long the marker of a stored batch is kept: a batch is sent again at once or never.
+const SENT_MARKER_TTL_MS: u64 = 60_000;
+
+/// What makes the attempts at one batch the same batch: the key its due messages are marked
+/// stored under, and the nonces of its delayed ones. A repeat of an attempt whose reply was
+/// lost then stores nothing twice: the script finds the marker, the delayed members exist.
+pub(super) struct SendBatch {
+    marker: Option<String>,
+    nonces: Vec<String>,
+}
+
+impl SendBatch {
+    /// On a cluster, no marker: while the stream's slot migrates, a script over the stream and
+    /// a marker that is not there yet is refused (TRYAGAIN) until the move ends, holding sends
+    /// up; there a batch goes as one pipeline of XADDs, as upstream sends.
+    pub(super) fn new(stream: &str, messages: &[NewMessage], cluster: bool) -> Self {
+        let marker = if cluster {
+            None
+        } else {
+            super::slot::beside(stream, &format!("sent:{}", uuid::Uuid::new_v4()))
+        };
+        let nonces = messages
+            .iter()
+            .map(|_| uuid::Uuid::new_v4().to_string())
+            .collect();
+        Self { marker, nonces }
+    }
+}
 
 /// A failed attempt at storing a batch.
 pub(super) struct InsertFailure {
@@ -36,13 +66,15 @@ impl From<Error> for InsertFailure {
 }
 
 impl RedisQueue {
-    /// One attempt at storing a batch: due messages in one pipeline of XADDs, delayed ones
-    /// through the script that scores them on Redis's clock. A connection lost once the
-    /// commands went out leaves their outcome unknown: the error says they may have been
-    /// stored.
+    /// One attempt at storing `batch`: due messages by the script that stores a batch once
+    /// (or, for a stream no marker key can share a cluster slot with, one pipeline of XADDs),
+    /// delayed ones through the script that scores them on Redis's clock. A connection lost
+    /// once the commands went out leaves their outcome unknown: the error says they may have
+    /// been stored.
     pub(super) async fn insert_once(
         &self,
         messages: &[NewMessage],
+        batch: &SendBatch,
     ) -> std::result::Result<Vec<String>, InsertFailure> {
         let mut conn = self.conn("send").await?;
         let sent = |e: &redis::RedisError| {
@@ -63,30 +95,24 @@ impl RedisQueue {
             }
         };
         let mut ids: Vec<Option<String>> = vec![None; messages.len()];
-        let mut pipe = redis::pipe();
-        let mut immediate = Vec::new();
-        for (i, m) in messages.iter().enumerate() {
-            if m.delay_ms <= 0.0 {
-                pipe.cmd("XADD")
-                    .arg(&self.config.stream)
-                    .arg("*")
-                    .arg("body")
-                    .arg(&m.body)
-                    .arg("headers")
-                    .arg(&m.headers);
-                immediate.push(i);
-            }
-        }
+        let immediate: Vec<usize> = (0..messages.len())
+            .filter(|&i| messages[i].delay_ms <= 0.0)
+            .collect();
         if !immediate.is_empty() {
-            let added: Vec<String> = pipe.query_async(&mut conn).await.map_err(|e| sent(&e))?;
+            let due: Vec<&NewMessage> = immediate.iter().map(|&i| &messages[i]).collect();
+            let added: Vec<String> = match &batch.marker {
+                Some(marker) => self.add_once(&mut conn, marker, &due).await,
+                None => self.add_each(&mut conn, &due).await,
+            }
+            .map_err(|e| sent(&e))?;
             for (slot, id) in immediate.into_iter().zip(added) {
                 ids[slot] = Some(id);
             }
         }
         for (i, m) in messages.iter().enumerate() {
             if m.delay_ms > 0.0 {
-                let nonce = uuid::Uuid::new_v4().to_string();
-                let member = self.delayed_member(&nonce, &m.body, &m.headers)?;
+                let nonce = &batch.nonces[i];
+                let member = self.delayed_member(nonce, &m.body, &m.headers)?;
                 ADD_DELAYED
                     .key(&self.config.delay_key)
                     .arg(m.delay_ms.ceil() as u64)
@@ -94,7 +120,7 @@ impl RedisQueue {
                     .invoke_async::<i64>(&mut conn)
                     .await
                     .map_err(|e| sent(&e))?;
-                ids[i] = Some(nonce);
+                ids[i] = Some(nonce.clone());
             }
         }
         Ok(ids.into_iter().map(Option::unwrap_or_default).collect())
@@ -125,6 +151,40 @@ impl RedisQueue {
             .await
             .map_err(|e| self.err("reject", &e))?;
         Ok(as_string(&reply))
+    }
+
+    /// Stores due messages through the script that stores a batch once (see `SendBatch`).
+    async fn add_once(
+        &self,
+        conn: &mut super::connection::Conn,
+        marker: &str,
+        due: &[&NewMessage],
+    ) -> redis::RedisResult<Vec<String>> {
+        let mut insert = INSERT.key(&self.config.stream);
+        insert.key(marker).arg(SENT_MARKER_TTL_MS);
+        for m in due {
+            insert.arg(&m.body).arg(&m.headers);
+        }
+        insert.invoke_async(conn).await
+    }
+
+    /// Stores due messages as one pipeline of XADDs (a repeat would store them again).
+    async fn add_each(
+        &self,
+        conn: &mut super::connection::Conn,
+        due: &[&NewMessage],
+    ) -> redis::RedisResult<Vec<String>> {
+        let mut pipe = redis::pipe();
+        for m in due {
+            pipe.cmd("XADD")
+                .arg(&self.config.stream)
+                .arg("*")
+                .arg("body")
+                .arg(&m.body)
+                .arg("headers")
+                .arg(&m.headers);
+        }
+        pipe.query_async(conn).await
     }
 
     pub(super) fn delayed_member(&self, nonce: &str, body: &str, headers: &str) -> Result<String> {

@@ -9,7 +9,7 @@
 // FAULT_PORT (its port). Sends { type: 'result', lines, broken } or { type: 'error', message }.
 
 const { TransportConnectionError } = require('@schally/nestjs-messenger');
-const { startProxy } = require('./proxy');
+const { startProxy, viaProxy } = require('./proxy');
 const { makeTransport, uniqueQueue } = require('./engines');
 const { LoadRun, violations, summary, sleep, settleWithin } = require('./account');
 
@@ -22,13 +22,6 @@ const BLACKHOLE_MS = BOUND_MS + 4000;
 /** When, into the silence, one get() is aborted and one transport closed. */
 const VICTIMS_AT_MS = 1000;
 const RECOVER_WITHIN_MS = 10_000;
-
-/** The proxy's DSN for a private server's DSN. */
-function viaProxy(dsn, proxy) {
-  const url = new URL(dsn);
-  url.port = String(proxy.port);
-  return url.toString();
-}
 
 async function blackholeScenario({ engine, dsn: serverDsn, port }) {
   const proxy = await startProxy({ targetPort: port });

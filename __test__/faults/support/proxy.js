@@ -198,4 +198,11 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
   };
 }
 
-module.exports = { startProxy, freePort };
+/** `dsn` (a private server's) with its port replaced by the proxy's. */
+function viaProxy(dsn, proxy) {
+  const url = new URL(dsn);
+  url.port = String(proxy.port);
+  return url.toString();
+}
+
+module.exports = { startProxy, viaProxy, freePort };

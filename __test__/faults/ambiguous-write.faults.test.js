@@ -1,0 +1,133 @@
+'use strict';
+
+// Fault scenario 6 (issue 9): ambiguous writes. The proxy forwards a write to the private
+// server and resets the client before the reply: the write ran, its outcome never arrived.
+//
+// Expected (README, "Reliability"):
+// - a send either resolves with exactly one stored row, or rejects with
+//   TransportConnectionError saying the message may have been stored; never two rows;
+// - a claim whose reply was lost: on Redis the entries it took into the consumer's pending
+//   list are re-read by the next claim at once; on SQL (the shared schema records no claimer)
+//   the rows come back at their lease, not later; nothing is lost either way.
+
+const { TransportConnectionError, TransportMessageIdStamp } = require('@schally/nestjs-messenger');
+const { startServer } = require('./support/servers');
+const { startProxy, viaProxy } = require('./support/proxy');
+const { makeTransport, uniqueQueue, residue } = require('./support/engines');
+const { faultEnvelope } = require('./support/messages');
+const { settleWithin, sleep } = require('./support/account');
+
+const LEASE_MS = 2000;
+/** How soon the rows of a claim whose reply was lost are delivered again. */
+const CLAIM_BACK_MS = { postgres: LEASE_MS + 3000, mariadb: LEASE_MS + 3000, redis: 1500 };
+
+/** The client→server chunk that carries the cut send: the one holding its message's key. */
+const SEND_WRITE = (chunk) => chunk.includes('"s:1"');
+/**
+ * The chunk that makes a claim take effect: PostgreSQL's one-statement claim (Bind, the
+ * consumer being idle on LISTEN when armed, so its next statement is the claim), MySQL's
+ * COMMIT of the claim transaction, Redis's XREADGROUP.
+ */
+const CLAIM_WRITE = {
+  postgres: (chunk) => chunk[0] === 0x42,
+  mariadb: 'COMMIT',
+  redis: 'XREADGROUP',
+};
+
+describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost', (engine) => {
+  let server;
+  let proxy;
+  const transports = [];
+  const open = (options) => {
+    const t = makeTransport(engine, { connectTimeoutMs: 2000, leaseMs: LEASE_MS, ...options });
+    transports.push(t);
+    return t;
+  };
+
+  beforeAll(async () => {
+    server = await startServer(engine);
+    proxy = await startProxy({ targetPort: server.port });
+  }, 120_000);
+
+  afterEach(async () => {
+    await Promise.all(transports.splice(0).map((t) => settleWithin(t.close(), 5000)));
+  });
+
+  afterAll(async () => {
+    await proxy?.close();
+    await server?.stop();
+  }, 60_000);
+
+  it('send(): one stored row and a resolved send, or a rejection that says it may have been stored; never two rows', async () => {
+    const queue = uniqueQueue(engine, 'ambiguous');
+    const t = open({ dsn: viaProxy(server.dsn, proxy), queue });
+    await t.setup();
+    await t.send(faultEnvelope('s:0', 0)); // prepares the statement the cut send reuses
+
+    const cut = proxy.cutAfter(SEND_WRITE);
+    const outcome = await settleWithin(t.send(faultEnvelope('s:1', 1)), 20_000);
+    const { replied } = await settleWithin(cut, 1000).then((r) => r.value ?? {});
+    const after = await t.send(faultEnvelope('s:2', 2)).then(
+      () => 'stored',
+      (error) => `${error.constructor.name}: ${error.message}`,
+    );
+    const stored = await residue(engine, { dsn: server.dsn, queue });
+    const copies = stored.filter((key) => key === 's:1').length;
+    console.log(
+      `[ambiguous send ${engine}] server replied before the cut: ${replied}; send ${
+        outcome.timeout ? 'never settled' : outcome.error ? `rejected: ${outcome.error.message}` : 'resolved'
+      }; copies stored: ${copies}; next send: ${after}`,
+    );
+
+    expect(replied).toBe(true);
+    expect(outcome.timeout).toBeUndefined();
+    if (outcome.error === undefined) {
+      expect(outcome.value.last(TransportMessageIdStamp)).toBeDefined();
+      expect(copies).toBe(1);
+    } else {
+      expect(outcome.error).toBeInstanceOf(TransportConnectionError);
+      expect(outcome.error.message).toMatch(/may have been stored/);
+      expect(copies).toBeLessThanOrEqual(1);
+    }
+    expect(after).toBe('stored');
+    expect(stored.filter((key) => key === 's:0' || key === 's:2')).toEqual(['s:0', 's:2']);
+  }, 60_000);
+
+  it(`a claim whose reply is lost: its messages are delivered again within ${CLAIM_BACK_MS[engine]} ms, none lost`, async () => {
+    const queue = uniqueQueue(engine, 'ambiguous');
+    const producer = open({ dsn: server.dsn, queue });
+    const consumer = open({ dsn: viaProxy(server.dsn, proxy), queue });
+    await producer.setup();
+    const delivered = [];
+    const errors = [];
+    const controller = new AbortController();
+    const loop = (async () => {
+      for await (const envelope of consumer.get(controller.signal)) {
+        delivered.push({ key: envelope.message.key, at: Date.now() });
+        await consumer.ack(envelope);
+      }
+    })().catch((error) => errors.push(error));
+    // Idle after a first empty claim: the consumer has reached its server.
+    await sleep(1000);
+
+    const cut = proxy.cutAfter(CLAIM_WRITE[engine]);
+    const sentAt = Date.now();
+    const keys = [];
+    for (let n = 0; n < 5; n += 1) {
+      keys.push(`c:${n}`);
+      await producer.send(faultEnvelope(`c:${n}`, n));
+    }
+    const { replied } = await settleWithin(cut, 5000).then((r) => r.value ?? {});
+    const deadline = sentAt + CLAIM_BACK_MS[engine] + 5000;
+    while (Date.now() < deadline && keys.some((key) => !delivered.some((d) => d.key === key))) await sleep(50);
+    controller.abort();
+    await settleWithin(loop, 10_000);
+    const slowest = Math.max(...keys.map((key) => (delivered.find((d) => d.key === key)?.at ?? Infinity) - sentAt));
+    console.log(`[ambiguous claim ${engine}] server replied before the cut: ${replied}; all 5 delivered after ${slowest} ms`);
+
+    expect(replied).toBe(true);
+    expect(errors).toEqual([]);
+    expect(slowest).toBeLessThanOrEqual(CLAIM_BACK_MS[engine]);
+    expect(await residue(engine, { dsn: server.dsn, queue })).toEqual([]);
+  }, 60_000);
+});
