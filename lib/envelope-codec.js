@@ -1,6 +1,7 @@
 'use strict';
 
 const { DelayStamp } = require('@schally/nestjs-messenger');
+const { wellFormed } = require('./option-checks');
 
 /**
  * Encodes an envelope into the stored form shared with the TypeScript transports: the
@@ -11,7 +12,7 @@ const { DelayStamp } = require('@schally/nestjs-messenger');
 function encodeEnvelope(serializer, envelope) {
   const encoded = serializer.encode(envelope);
   return {
-    body: encoded.body,
+    body: wellFormed(encoded.body, 'message: its encoded body'),
     headers: JSON.stringify(encoded.headers),
     delayMs: envelope.last(DelayStamp)?.delayMs ?? 0,
   };

@@ -13,6 +13,28 @@ function nonNegativeNumber(options, defaults, key) {
   return value;
 }
 
+/** `options[key]`, or `defaults[key]` when unset, checked to be a finite number > 0. */
+function positiveNumber(options, defaults, key) {
+  const value = options[key] ?? defaults[key];
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
+    throw new InvalidArgumentError(`Invalid ${key} ${String(value)}: expected a finite number > 0.`);
+  }
+  return value;
+}
+
+/**
+ * `value` unless it is a string holding a lone UTF-16 surrogate: such text has no UTF-8 form,
+ * so it could only be stored changed (as U+FFFD), and two different names would name one queue.
+ * @param {unknown} value
+ * @param {string} what what it is, for the message
+ */
+function wellFormed(value, what) {
+  if (typeof value === 'string' && !value.isWellFormed()) {
+    throw new InvalidArgumentError(`Invalid ${what}: it holds a lone UTF-16 surrogate, which has no UTF-8 form and cannot be stored unchanged.`);
+  }
+  return value;
+}
+
 /** The `ackMode` option: `'write-behind'` (default) or `'commit'`. */
 function ackModeOf(options) {
   const mode = options.ackMode ?? 'write-behind';
@@ -22,4 +44,4 @@ function ackModeOf(options) {
   return mode;
 }
 
-module.exports = { nonNegativeNumber, ackModeOf };
+module.exports = { nonNegativeNumber, positiveNumber, wellFormed, ackModeOf };

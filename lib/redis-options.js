@@ -2,7 +2,7 @@
 
 const { randomUUID } = require('node:crypto');
 const { InvalidArgumentError, JsonSerializer } = require('@schally/nestjs-messenger');
-const { ackModeOf, nonNegativeNumber } = require('./option-checks');
+const { ackModeOf, nonNegativeNumber, positiveNumber, wellFormed } = require('./option-checks');
 
 /** Defaults, identical to `@schally/nestjs-messenger-transport-redis`'s. */
 const DEFAULTS = Object.freeze({
@@ -17,7 +17,7 @@ function nonEmptyString(value, key) {
   if (typeof value !== 'string' || value.length === 0) {
     throw new InvalidArgumentError(`Invalid ${key} ${JSON.stringify(value)}: expected a non-empty string.`);
   }
-  return value;
+  return wellFormed(value, key);
 }
 
 /** PEM text of `redisOptions.tls.ca` (string, Buffer, or an array of them), if given. */
@@ -54,7 +54,7 @@ function resolveRedisOptions(options) {
     readBatchSize,
     cluster: options.cluster === true,
     tlsCa: caOf(options.redisOptions),
-    connectTimeoutMs: nonNegativeNumber(options, DEFAULTS, 'connectTimeoutMs'),
+    connectTimeoutMs: positiveNumber(options, DEFAULTS, 'connectTimeoutMs'),
     ackMode: ackModeOf(options),
   };
 }

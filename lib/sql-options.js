@@ -1,7 +1,7 @@
 'use strict';
 
 const { InvalidArgumentError, JsonSerializer } = require('@schally/nestjs-messenger');
-const { ackModeOf, nonNegativeNumber } = require('./option-checks');
+const { ackModeOf, nonNegativeNumber, positiveNumber, wellFormed } = require('./option-checks');
 const { checkSqlNames, sqlDialectOf } = require('./native');
 const { nativeSync } = require('./errors');
 
@@ -36,6 +36,7 @@ function resolveSqlOptions(options) {
   if (typeof tableName !== 'string') {
     throw new InvalidArgumentError(`Invalid tableName ${String(tableName)}: expected a string.`);
   }
+  wellFormed(queueName, 'queueName');
   // The limits (identifier allowlist, VARCHAR(190)) are the native side's: one copy.
   nativeSync(() => checkSqlNames(tableName, queueName));
   if (!facts.pushWakeup && (options.useNotify !== undefined || options.getNotifyTimeoutMs !== undefined)) {
@@ -55,7 +56,7 @@ function resolveSqlOptions(options) {
     redeliverTimeoutSeconds: nonNegativeNumber(options, DEFAULTS, 'redeliverTimeoutSeconds'),
     pollIntervalMs: nonNegativeNumber(options, DEFAULTS, 'pollIntervalMs'),
     getNotifyTimeoutMs: nonNegativeNumber(options, DEFAULTS, 'getNotifyTimeoutMs'),
-    connectTimeoutMs: nonNegativeNumber(options, DEFAULTS, 'connectTimeoutMs'),
+    connectTimeoutMs: positiveNumber(options, DEFAULTS, 'connectTimeoutMs'),
     ackMode: ackModeOf(options),
   };
 }

@@ -171,20 +171,23 @@ fn secrets_of(dsn: &str) -> Vec<String> {
     secrets
 }
 
-/// Byte range of the userinfo (before the last `@` of the authority), if present. A password
-/// written with an unescaped `/`, `?` or `#` ends the authority early for a URL parser; so
-/// when the authority has no `@` but a `user:` starts it and an `@` follows later, everything
-/// up to the last `@` is taken as userinfo: redacting too much is safe, too little is not.
+/// Byte range of the userinfo, if present. A password may hold unescaped `@`, `/`, `?` or `#`
+/// (a URL parser would end the authority at them): so when a `user:` starts the authority (no
+/// `@` before its colon) and an `@` follows anywhere later, everything up to the last `@` is
+/// taken as userinfo: redacting too much is safe, too little is not. Otherwise the userinfo
+/// is what precedes the authority's last `@`.
 fn userinfo_span(dsn: &str) -> Option<(usize, usize)> {
     let start = dsn.find("://")? + 3;
     let rest = &dsn[start..];
     let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    if let Some(at) = rest[..authority_len].rfind('@') {
-        return Some((start, start + at));
+    if let (Some(colon), Some(at)) = (rest.find(':'), rest.rfind('@')) {
+        if colon < authority_len && colon < at && !rest[..colon].contains('@') {
+            return Some((start, start + at));
+        }
     }
-    let colon = rest.find(':')?;
-    let at = rest.rfind('@')?;
-    (colon < authority_len && colon < at).then_some((start, start + at))
+    rest[..authority_len]
+        .rfind('@')
+        .map(|at| (start, start + at))
 }
 
 /// The DSN with any password replaced by `***` (in the userinfo and in query parameters).
@@ -293,6 +296,27 @@ mod tests {
                 assert!(!shown.contains("ss{reserved}word"), "{dsn}: {shown}");
             }
         }
+    }
+
+    #[test]
+    fn passwords_with_an_at_sign_then_a_slash_never_show() {
+        for dsn in [
+            "redis://default:p@ss/w\u{f6}rd@127.0.0.1:1/0",
+            "postgres://postgres:p@s s/w\u{f6}rd@127.0.0.1:1/test",
+            "mysql://root:p@ss/w?rd@127.0.0.1:1/test",
+        ] {
+            let shown = if dsn.starts_with("redis") {
+                parse_redis_dsn(dsn).map_or_else(|e| e.message, |d| d.redacted)
+            } else {
+                parse_sql_dsn(dsn).map_or_else(|e| e.message, |d| d.redacted)
+            };
+            assert!(!shown.contains("ss/w"), "{dsn}: {shown}");
+            assert!(!shown.contains("s s/w"), "{dsn}: {shown}");
+            assert!(shown.contains("127.0.0.1"), "{dsn}: {shown}");
+        }
+        // A port's colon after the user is not a password.
+        let plain = parse_sql_dsn("mysql://root@127.0.0.1:3306/test?x=a@b").unwrap();
+        assert_eq!(plain.redacted, "mysql://root@127.0.0.1:3306/test?x=a@b");
     }
 
     #[test]

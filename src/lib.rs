@@ -152,7 +152,9 @@ mod exports {
             let config = QueueConfig {
                 table: options.table_name,
                 queue: options.queue_name,
-                redeliver_timeout_seconds: redeliver,
+                // Past a century a lease never lapses in practice; beyond some thousands of
+                // years `now() - lease` leaves PostgreSQL's timestamp range.
+                redeliver_timeout_seconds: redeliver.min(durations::LONGEST.as_secs_f64()),
                 use_notify: options.use_notify,
                 connect_timeout: millis(options.connect_timeout_ms, "connectTimeoutMs")?,
                 poll_interval: millis(options.poll_interval_ms, "pollIntervalMs")?,
@@ -274,8 +276,8 @@ mod exports {
         /// Records an ack now and writes its delete in the background with the others
         /// (write-behind); `close`, `list`, `find` and `count` wait for those writes.
         #[napi(catch_unwind)]
-        pub fn ack_later(&self, id: String) {
-            within_runtime_if_available(|| self.queue.ack_later(id));
+        pub fn ack_later(&self, id: String) -> napi::Result<()> {
+            Ok(within_runtime_if_available(|| self.queue.ack_later(id))?)
         }
 
         /// Stops renewing the claim of a delivered message that JavaScript settled without a

@@ -26,14 +26,16 @@ impl SqliteLocation {
 pub fn parse_sqlite_location(dsn: &str) -> Result<SqliteLocation> {
     let rest = dsn.split_once(':').map(|(_, rest)| rest).unwrap_or("");
     let path = rest.strip_prefix("//").unwrap_or(rest);
+    // Shown redacted: a DSN written as a URL may carry a password (SQLite has no use for one).
+    let shown = crate::dsn::redact_dsn(dsn);
     if path.contains('?') || path.contains('#') {
         return Err(Error::connection(format!(
-            "Invalid SQLite DSN \"{dsn}\": query strings and fragments are not supported; use sqlite://path/to/file.db."
+            "Invalid SQLite DSN \"{shown}\": query strings and fragments are not supported; use sqlite://path/to/file.db."
         )));
     }
     if path.is_empty() {
         return Err(Error::connection(format!(
-            "Invalid SQLite DSN \"{dsn}\": no file path; use sqlite://relative/file.db, sqlite:///absolute/file.db or sqlite://:memory:."
+            "Invalid SQLite DSN \"{shown}\": no file path; use sqlite://relative/file.db, sqlite:///absolute/file.db or sqlite://:memory:."
         )));
     }
     if path == ":memory:" {

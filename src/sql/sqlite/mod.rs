@@ -82,6 +82,8 @@ impl SqlDialect for Sqlite {
                 1,
             ),
         };
+        // SQLite takes its busy timeout in milliseconds as a C int.
+        let busy_timeout = busy_timeout.min(Duration::from_millis(i32::MAX as u64));
         let options = options
             .busy_timeout(busy_timeout)
             .disable_statement_logging();
