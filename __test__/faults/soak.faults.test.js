@@ -1,0 +1,172 @@
+'use strict';
+
+// Fault scenario 11 (issue 9): soak under faults. Producers and consumers move SOAK_MESSAGES
+// messages through a private server behind the proxy while a fault comes every few seconds, in
+// turn: a server restart, every backend killed, a network blackhole. Expected: every confirmed
+// send delivered (0 lost), every send settled (stored, or refused with
+// TransportConnectionError), the consumers never end or throw, and nothing grows: the
+// process's memory outside the JavaScript heap between the first fifth and the end, and its
+// active handles once the transports are closed.
+//
+// SOAK_MESSAGES (default 200000) sets the volume: a longer soak is the same test with a bigger
+// number.
+
+const { TransportConnectionError } = require('@schally/nestjs-messenger');
+const { startServer } = require('./support/servers');
+const { startProxy, viaProxy } = require('./support/proxy');
+const { makeTransport, uniqueQueue, residue } = require('./support/engines');
+const { faultEnvelope } = require('./support/messages');
+const { settleWithin, sleep } = require('./support/account');
+
+const MESSAGES = Number(process.env.SOAK_MESSAGES ?? 200_000);
+/** Sends in flight per producer (they are grouped into one statement or script per batch). */
+const SENDS_IN_FLIGHT = 200;
+const PRODUCERS = 2;
+const CONSUMERS = 2;
+const FAULT_EVERY_MS = 3000;
+const FAULT_MS = 1500;
+/**
+ * Memory outside the JavaScript heap (the native side: buffers, pools, tasks; RSS less the
+ * heap, which holds this test's own bookkeeping of every key) may move, not grow with the
+ * volume: at most this much from the first fifth of the sends to the end.
+ */
+const NATIVE_GROWTH_BOUND = 0.25;
+const nativeMemory = () => {
+  const { rss, heapTotal } = process.memoryUsage();
+  return rss - heapTotal;
+};
+
+const activeHandles = () => process._getActiveHandles().length;
+
+describe.each(['postgres', 'mariadb', 'redis'])('%s: soak under faults', (engine) => {
+  let server;
+  let proxy;
+
+  beforeAll(async () => {
+    server = await startServer(engine);
+    proxy = await startProxy({ targetPort: server.port });
+  }, 120_000);
+
+  afterAll(async () => {
+    await proxy?.close();
+    await server?.stop();
+  }, 60_000);
+
+  it(`moves ${MESSAGES} messages through restarts, backend kills and blackholes: none lost, nothing grows`, async () => {
+    const queue = uniqueQueue(engine, 'soak');
+    const dsn = viaProxy(server.dsn, proxy);
+    const handlesBefore = activeHandles();
+    const open = () => makeTransport(engine, { dsn, queue, connectTimeoutMs: 2000, leaseMs: 10_000 });
+    const producers = Array.from({ length: PRODUCERS }, open);
+    const consumers = Array.from({ length: CONSUMERS }, open);
+    await producers[0].setup();
+
+    const confirmed = new Set();
+    const refusals = new Map();
+    const delivered = new Map();
+    const consumerFailures = [];
+    let attempted = 0;
+    let nativeAtFifth;
+
+    const controller = new AbortController();
+    const loops = consumers.map(async (t, c) => {
+      while (!controller.signal.aborted) {
+        try {
+          for await (const envelope of t.get(controller.signal)) {
+            const { key } = envelope.message;
+            delivered.set(key, (delivered.get(key) ?? 0) + 1);
+            await t.ack(envelope).catch(() => {}); // a failed ack costs a redelivery, counted
+          }
+          if (!controller.signal.aborted) consumerFailures.push(`consumer ${c}: get() ended by itself`);
+        } catch (error) {
+          consumerFailures.push(`consumer ${c}: get() threw ${error.constructor.name}: ${error.message}`);
+          await sleep(250);
+        }
+      }
+    });
+
+    const produce = async (t, p) => {
+      while (attempted < MESSAGES) {
+        const batch = [];
+        while (batch.length < SENDS_IN_FLIGHT && attempted < MESSAGES) {
+          const key = `p${p}:${attempted}`;
+          batch.push(
+            t.send(faultEnvelope(key, attempted)).then(
+              () => confirmed.add(key),
+              (error) => {
+                const kind = error instanceof TransportConnectionError ? 'TransportConnectionError' : `${error.constructor.name}: ${error.message}`;
+                refusals.set(kind, (refusals.get(kind) ?? 0) + 1);
+              },
+            ),
+          );
+          attempted += 1;
+        }
+        await Promise.all(batch);
+        if (nativeAtFifth === undefined && attempted >= MESSAGES / 5) nativeAtFifth = nativeMemory();
+      }
+    };
+
+    const faults = [];
+    let producing = true;
+    const injector = (async () => {
+      const kinds = ['restart', 'kill', 'blackhole'];
+      for (let i = 0; producing; i += 1) {
+        await sleep(FAULT_EVERY_MS);
+        if (!producing) break;
+        const kind = kinds[i % kinds.length];
+        const at = Date.now();
+        if (kind === 'restart') await server.restart({ downMs: FAULT_MS });
+        if (kind === 'kill') await server.killBackends();
+        if (kind === 'blackhole') {
+          proxy.blackhole();
+          await sleep(FAULT_MS);
+          proxy.restore();
+        }
+        faults.push(`${kind} ${Date.now() - at} ms`);
+      }
+    })();
+
+    const startedAt = Date.now();
+    await Promise.all(producers.map(produce));
+    producing = false;
+    await injector;
+    const sentMs = Date.now() - startedAt;
+
+    const missing = () => [...confirmed].filter((key) => !delivered.has(key));
+    const deadline = Date.now() + 60_000;
+    while (missing().length > 0 && Date.now() < deadline) await sleep(100);
+    // Rows whose ack was lost to a fault come back at the lease and are acked then.
+    while (Date.now() < deadline && (await residue(engine, { dsn: server.dsn, queue }).catch(() => [1])).length > 0) await sleep(1000);
+    const nativeAtEnd = nativeMemory();
+    controller.abort();
+    await settleWithin(Promise.all(loops), 30_000);
+    const closes = await Promise.all([...producers, ...consumers].map((t) => settleWithin(t.close(), 30_000)));
+    await sleep(500);
+    const handlesAfter = activeHandles();
+    const left = await residue(engine, { dsn: server.dsn, queue });
+
+    const lost = missing();
+    const duplicates = [...delivered.values()].reduce((sum, n) => sum + n - 1, 0);
+    const growth = nativeAtEnd / nativeAtFifth - 1;
+    console.log(
+      `[soak ${engine}] ${MESSAGES} sends in ${sentMs} ms: confirmed ${confirmed.size}, refused ${JSON.stringify(Object.fromEntries(refusals))}; ` +
+        `delivered ${delivered.size}, duplicates ${duplicates}, lost ${lost.length}; faults ${faults.length} (${faults.join(', ')}); ` +
+        `memory outside the JS heap ${Math.round(nativeAtFifth / 1e6)} → ${Math.round(nativeAtEnd / 1e6)} MB (${(growth * 100).toFixed(1)}%); ` +
+        `handles ${handlesBefore} → ${handlesAfter}; left in storage ${left.length}; consumer failures ${consumerFailures.length}`,
+    );
+
+    const broken = [];
+    if (lost.length > 0) broken.push(`lost ${lost.length} confirmed messages: ${lost.slice(0, 5).join(', ')}`);
+    if (confirmed.size + [...refusals.values()].reduce((a, b) => a + b, 0) !== MESSAGES) broken.push('a send never settled');
+    const otherRefusals = [...refusals.keys()].filter((kind) => kind !== 'TransportConnectionError');
+    if (otherRefusals.length > 0) broken.push(`sends refused otherwise than with TransportConnectionError: ${otherRefusals.join(' | ')}`);
+    if (confirmed.size < MESSAGES * 0.5) broken.push(`only ${confirmed.size} of ${MESSAGES} sends confirmed`);
+    if (faults.length < 3) broken.push(`only ${faults.length} faults injected (the soak was too short to cycle through them)`);
+    if (consumerFailures.length > 0) broken.push(...consumerFailures.slice(0, 5));
+    if (closes.some((c) => c.timeout || c.error)) broken.push('a close() failed or hung');
+    if (growth > NATIVE_GROWTH_BOUND) broken.push(`memory outside the JS heap grew ${(growth * 100).toFixed(1)}% from the first fifth to the end`);
+    if (handlesAfter > handlesBefore) broken.push(`${handlesAfter - handlesBefore} active handles left after every transport closed`);
+    if (left.length > 0) broken.push(`${left.length} messages left in storage`);
+    expect(broken).toEqual([]);
+  }, 600_000);
+});
