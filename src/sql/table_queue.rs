@@ -123,8 +123,15 @@ impl<D: SqlDialect> TableQueue<D> {
         let timeout = if cap <= MIN_IDLE_WAIT {
             cap
         } else {
-            // A failed peek just means "nothing scheduled": the cap still bounds the wait.
-            match self.next_due_in_ms().await {
+            // A failed peek just means "nothing scheduled": the cap still bounds the wait. The
+            // peek ends with the wait's cancel: an abort or a close() must not leave a native
+            // call running on a silent server after it (up to the statement bound), which
+            // kept a process that had closed everything from exiting cleanly.
+            let peek = tokio::select! {
+                peek = self.next_due_in_ms() => peek,
+                _ = cancel.cancelled() => return Ok(WaitOutcome::Cancelled),
+            };
+            match peek {
                 Ok(Some(ms)) => crate::durations::millis(ms).min(cap).max(MIN_IDLE_WAIT),
                 _ => cap,
             }
