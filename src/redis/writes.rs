@@ -201,11 +201,16 @@ impl RedisQueue {
     /// Acks and deletes the entries of `ids` still pending for this consumer (fenced acks);
     /// returns how many that was.
     pub(super) async fn settle_own(&self, ids: &[String], op: &str) -> Result<u64> {
+        let Some((first, last)) = id_range(ids) else {
+            return Ok(0);
+        };
         let mut conn = self.conn(op).await?;
         let settled: i64 = SETTLE
             .key(&self.config.stream)
             .arg(&self.config.group)
             .arg(&self.config.consumer)
+            .arg(first)
+            .arg(last)
             .arg(ids)
             .invoke_async(&mut conn)
             .await
@@ -229,5 +234,31 @@ impl RedisQueue {
         pipe.query_async::<()>(&mut conn)
             .await
             .map_err(|e| self.err(op, &e))
+    }
+}
+
+/// The lowest and highest of stream ids `ids` (`<ms>-<seq>`, compared as numbers).
+fn id_range(ids: &[String]) -> Option<(&str, &str)> {
+    let key = |id: &String| {
+        let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+        (
+            ms.parse::<u64>().unwrap_or(0),
+            seq.parse::<u64>().unwrap_or(0),
+        )
+    };
+    let first = ids.iter().min_by_key(|id| key(id))?;
+    let last = ids.iter().max_by_key(|id| key(id))?;
+    Some((first, last))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::id_range;
+
+    #[test]
+    fn id_ranges_compare_stream_ids_as_numbers() {
+        let ids: Vec<String> = ["10-2", "9-5", "10-10", "10-1"].map(String::from).to_vec();
+        assert_eq!(id_range(&ids), Some(("9-5", "10-10")));
+        assert_eq!(id_range(&[]), None);
     }
 }
