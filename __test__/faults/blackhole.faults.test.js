@@ -10,7 +10,8 @@
 // 1 s into the silence ends, and a transport closed then completes close(), within BOUND_MS while
 // the peer is still silent (the silence outlasts the bound); the other consumers' get() neither
 // throws nor ends; after the network returns they deliver again by themselves (within 10 s) and
-// nothing confirmed is lost (leases at their defaults, so a row hidden behind an abandoned claim
+// nothing confirmed is lost (12 s leases: a row hidden behind a claim or release whose reply the
+// silence swallowed must come back at its lease, as documented; one that does not
 // counts as lost). Then the process exits by itself within EXIT_BOUND_MS.
 //
 // The scenario runs in a child process (support/blackhole-scenario.js) so that its exit can be
