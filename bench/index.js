@@ -12,6 +12,7 @@ const path = require('node:path');
 const { markdown, svg, median } = require('./report');
 const { postgresClaimDeleteLimit, redisXaddLimit } = require('./limits');
 const { ENGINES } = require('./engines');
+const { Progress } = require('../scripts/progress');
 
 const WORKLOAD_SIZES = { consume: 3000, sendSequential: 2000, sendConcurrent: 5000, wake: 300, competing: 3000 };
 
@@ -69,6 +70,17 @@ async function main() {
   const options = parseArgs(process.argv.slice(2));
   const results = {};
   const deep = Object.fromEntries(Object.keys(ENGINES).map((engine) => [engine, []]));
+  const runsPerRound = options.engines.reduce(
+    (sum, engine) => sum + Object.keys(WORKLOAD_SIZES).length * (ENGINES[engine].upstream ? 2 : 1) + (options.deep > 0 ? 1 : 0),
+    0,
+  );
+  const progress = new Progress(options.rounds * runsPerRound, process.stderr);
+  let runsDone = 0;
+  const ran = (label, result) => {
+    runsDone += 1;
+    if (result !== undefined) progress.log(`${label}: ${JSON.stringify(result)}`);
+    progress.update(runsDone, `${runsDone}/${options.rounds * runsPerRound} runs, last: ${label}`);
+  };
   for (let round = 1; round <= options.rounds; round += 1) {
     for (const engine of options.engines) {
       results[engine] ??= {};
@@ -77,18 +89,19 @@ async function main() {
         const impls = ENGINES[engine].upstream ? ['native', 'upstream'] : ['native'];
         for (const impl of impls) {
           const result = runOne({ engine, impl, workload, n });
+          ran(`round ${round} ${engine} ${workload} ${impl}`, result);
           if (result === undefined) continue;
           ((results[engine][workload] ??= {})[impl] ??= []).push(result);
-          process.stderr.write(`round ${round} ${engine} ${workload} ${impl}: ${JSON.stringify(result)}\n`);
         }
       }
       if (options.deep > 0) {
         const result = runOne({ engine, impl: 'native', workload: 'consume', n: options.deep });
-        deep[engine].push(result);
-        process.stderr.write(`round ${round} ${engine} consume@${options.deep} native: ${JSON.stringify(result)}\n`);
+        ran(`round ${round} ${engine} consume@${options.deep} native`, result);
+        if (result !== undefined) deep[engine].push(result);
       }
     }
   }
+  progress.end();
   const extras = [];
   if (options.deep > 0) {
     const lines = ['## B1 at depth', '', `| engine | native msgs/s at ${WORKLOAD_SIZES.consume} | at ${options.deep} | ratio (target ≥ 0.8) | peak RSS MB |`, '|---|---|---|---|---|'];

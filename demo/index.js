@@ -15,7 +15,7 @@ const {
 const { SqlTransport, RedisStreamsTransport } = require('..');
 const { engineOfDsn } = require('../bench/engines');
 const { parseArgs } = require('./args');
-const { Progress } = require('./progress');
+const { Progress } = require('../scripts/progress');
 
 /** The demo's message: a registered class, so it comes back as itself. */
 class OrderPlaced {
@@ -73,7 +73,7 @@ async function main() {
       // Send-to-handle latency, counted from when the message was due.
       latencies.push(performance.now() - order.dueAt);
       handled += 1;
-      progress.update(handled, redeliveries);
+      progress.update(handled, `${handled}/${options.messages} handled, ${redeliveries} redelivered`);
       if (handled === options.messages) stop.abort();
     },
   };
