@@ -72,12 +72,57 @@ export declare class NativeQueue {
  */
 export declare function checkSqlNames(tableName: string, queueName: string): void
 
+/**
+ * Checks a DSN (and a table, or a stream and group) the way the transports would use them.
+ * Never rejects for a failed check: failures are checks of the report.
+ */
+export declare function doctor(options: DoctorOptions): Promise<DoctorReport>
+
+/** One check: `status` is `ok`, `warn` or `FAIL`. */
+export interface DoctorCheck {
+  name: string
+  status: string
+  detail: string
+}
+
+/** What `doctor` looks at; unset names take the transports' defaults. */
+export interface DoctorOptions {
+  dsn: string
+  table?: string
+  queue?: string
+  stream?: string
+  group?: string
+  delayKey?: string
+  cluster?: boolean
+  connectTimeoutMs?: number
+}
+
+/** `ok` is false when any check failed. */
+export interface DoctorReport {
+  ok: boolean
+  checks: Array<DoctorCheck>
+}
+
 /** A stored message handed to JavaScript: decimal id, body and headers as stored. */
 export interface NativeMessage {
   id: string
   body: string
   headers: string
 }
+
+/** One queue's (or `<stream>/<group>`'s) numbers. */
+export interface QueueSample {
+  name: string
+  ready: number
+  delayed: number
+  inFlight: number
+  oldestReadyAgeMs?: number
+  added?: number
+  backlog: number
+}
+
+/** One read-only sample of a table's queues or a stream's groups. */
+export declare function queueStats(options: StatsOptions): Promise<StatsSample>
 
 /** Options of a native Redis Streams queue, already defaulted by the JavaScript wrapper. */
 export interface RedisQueueOptions {
@@ -122,4 +167,22 @@ export interface SqlQueueOptions {
   getNotifyTimeoutMs: number
   autoSetup: boolean
   connectTimeoutMs: number
+}
+
+/** What `stats` samples; `cursor` is the previous sample's, for `added`. */
+export interface StatsOptions {
+  dsn: string
+  table?: string
+  queue?: string
+  stream?: string
+  group?: string
+  delayKey?: string
+  cluster?: boolean
+  cursor?: string
+  connectTimeoutMs?: number
+}
+
+export interface StatsSample {
+  cursor?: string
+  queues: Array<QueueSample>
 }

@@ -837,4 +837,6 @@ module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __n
 module.exports = nativeBinding
 module.exports.NativeQueue = nativeBinding.NativeQueue
 module.exports.checkSqlNames = nativeBinding.checkSqlNames
+module.exports.doctor = nativeBinding.doctor
+module.exports.queueStats = nativeBinding.queueStats
 module.exports.sqlDialectOf = nativeBinding.sqlDialectOf

@@ -8,6 +8,7 @@ extern crate napi_derive;
 
 pub mod backoff;
 pub mod batch;
+pub mod diagnostics;
 pub mod dsn;
 pub mod durations;
 pub mod engine;
