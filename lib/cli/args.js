@@ -1,0 +1,111 @@
+'use strict';
+
+// The CLI's command line: `<command> --dsn … [options]`, parsed with node:util parseArgs
+// (strict: an unknown option is a usage error), plus the `--watch` interval's syntax.
+
+const { parseArgs } = require('node:util');
+
+/** A command line the CLI cannot run: exit code 2 with the message and the usage. */
+class UsageError extends Error {}
+
+const COMMON = {
+  dsn: { type: 'string' },
+  table: { type: 'string' },
+  queue: { type: 'string' },
+  stream: { type: 'string' },
+  group: { type: 'string' },
+  'delayed-key': { type: 'string' },
+  cluster: { type: 'boolean' },
+  'connect-timeout': { type: 'string' },
+  json: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+};
+
+const OPTIONS = {
+  doctor: COMMON,
+  stats: { ...COMMON, watch: { type: 'string' }, count: { type: 'string' } },
+};
+
+const USAGE = `Usage:
+  nestjs-messenger-native doctor --dsn <dsn> [--table <name>] [--queue <name>]
+                                 [--stream <key> [--group <name>] [--delayed-key <key>]] [--cluster]
+                                 [--connect-timeout <duration>] [--json]
+  nestjs-messenger-native stats  --dsn <dsn> [--table <name>] [--queue <name>]
+                                 [--stream <key> [--group <name>] [--delayed-key <key>]] [--cluster]
+                                 [--watch <interval> [--count <n>]] [--json]
+
+doctor: one line per check (ok / warn / FAIL); exit 0 when none fails, 1 when one does.
+stats:  ready, delayed, in flight and oldest ready age per queue (SQL) or stream group (Redis);
+        --watch 1s repeats and adds rates. Read-only.
+Defaults are the transports': table messenger_messages, group messenger, delayed key <stream>:delayed.
+Exit code 2: bad usage.`;
+
+const UNITS = { ms: 1, s: 1000, m: 60000 };
+
+/**
+ * Milliseconds of a duration written `500ms`, `1s`, `1.5s`, `2m` or a bare number of ms.
+ * @param {string} text
+ * @param {string} option for the message
+ * @returns {number}
+ */
+function parseDuration(text, option) {
+  const match = /^(\d+(?:\.\d+)?)(ms|s|m)?$/.exec(text.trim());
+  const ms = match === null ? NaN : Number(match[1]) * UNITS[match[2] ?? 'ms'];
+  if (!Number.isFinite(ms) || ms <= 0) {
+    throw new UsageError(`Invalid --${option} ${JSON.stringify(text)}: expected a duration such as 500ms, 1s or 2m.`);
+  }
+  return ms;
+}
+
+/**
+ * Parses `argv` (without node and the script).
+ * @param {string[]} argv
+ * @returns {{ command: 'doctor' | 'stats' | 'help', options: Record<string, unknown> }}
+ * @throws {UsageError}
+ */
+function parseCommandLine(argv) {
+  const [command, ...rest] = argv;
+  if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
+    return { command: 'help', options: {} };
+  }
+  const spec = OPTIONS[command];
+  if (spec === undefined) throw new UsageError(`Unknown command ${JSON.stringify(command)}: use doctor or stats.`);
+  let values;
+  try {
+    ({ values } = parseArgs({ args: rest, options: spec, strict: true, allowPositionals: false }));
+  } catch (error) {
+    throw new UsageError(error.message);
+  }
+  if (values.help) return { command: 'help', options: {} };
+  if (typeof values.dsn !== 'string' || values.dsn === '') throw new UsageError(`${command} needs --dsn <dsn>.`);
+  const redis = /^rediss?:/i.test(values.dsn);
+  const sqlOnly = ['table', 'queue'].filter((key) => values[key] !== undefined);
+  const redisOnly = ['stream', 'group', 'delayed-key', 'cluster'].filter((key) => values[key] !== undefined);
+  if (redis && sqlOnly.length > 0) throw new UsageError(`--${sqlOnly[0]} applies to SQL DSNs, not to Redis.`);
+  if (!redis && redisOnly.length > 0) throw new UsageError(`--${redisOnly[0]} applies to Redis DSNs only.`);
+  if (redis && command === 'stats' && values.stream === undefined) throw new UsageError('stats on Redis needs --stream <key>.');
+  if (values.count !== undefined && values.watch === undefined) throw new UsageError('--count applies to --watch.');
+  const count = values.count === undefined ? undefined : Number(values.count);
+  if (count !== undefined && !(Number.isInteger(count) && count > 0)) {
+    throw new UsageError(`Invalid --count ${JSON.stringify(values.count)}: expected a positive integer.`);
+  }
+  return {
+    command,
+    options: {
+      dsn: values.dsn,
+      table: values.table,
+      queue: values.queue,
+      stream: values.stream,
+      group: values.group,
+      delayKey: values['delayed-key'],
+      cluster: values.cluster === true,
+      connectTimeoutMs:
+        values['connect-timeout'] === undefined ? undefined : parseDuration(values['connect-timeout'], 'connect-timeout'),
+      json: values.json === true,
+      watchMs: values.watch === undefined ? undefined : parseDuration(values.watch, 'watch'),
+      count,
+    },
+  };
+}
+
+module.exports = { parseCommandLine, parseDuration, UsageError, USAGE };

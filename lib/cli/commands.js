@@ -1,0 +1,100 @@
+'use strict';
+
+// The CLI's two commands over the native diagnostics (src/diagnostics/): each returns the
+// process exit code and writes only through the `out`/`err` streams it is given.
+
+const { doctor, queueStats } = require('../native');
+const { formatChecks, formatStats, messageOf, ratesBetween, statsDocument } = require('./format');
+
+/** Exit codes: all checks passed / a check failed or the command could not run / bad usage. */
+const EXIT = Object.freeze({ OK: 0, FAILED: 1, USAGE: 2 });
+
+/**
+ * @typedef {object} CliOptions
+ * @property {string} dsn
+ * @property {string} [table]
+ * @property {string} [queue]
+ * @property {string} [stream]
+ * @property {string} [group]
+ * @property {string} [delayKey]
+ * @property {boolean} cluster
+ * @property {number} [connectTimeoutMs]
+ * @property {boolean} json
+ * @property {number} [watchMs]
+ * @property {number} [count]
+ */
+
+/** The native options of `options` (undefined keys left out). */
+function nativeOptions(options, keys) {
+  const picked = {};
+  for (const key of keys) if (options[key] !== undefined) picked[key] = options[key];
+  return picked;
+}
+
+/**
+ * `doctor`: every check of the DSN's engine, as lines or one JSON document.
+ * @param {CliOptions} options
+ * @param {{ out: NodeJS.WritableStream, err: NodeJS.WritableStream }} io
+ * @returns {Promise<number>} the exit code
+ */
+async function runDoctor(options, io) {
+  let report;
+  try {
+    report = await doctor(
+      nativeOptions(options, ['dsn', 'table', 'queue', 'stream', 'group', 'delayKey', 'cluster', 'connectTimeoutMs']),
+    );
+  } catch (error) {
+    io.err.write(`doctor: ${messageOf(error)}\n`);
+    return EXIT.USAGE;
+  }
+  io.out.write(options.json ? `${JSON.stringify({ ok: report.ok, checks: report.checks })}\n` : formatChecks(report));
+  return report.ok ? EXIT.OK : EXIT.FAILED;
+}
+
+const sleep = (ms, signal) =>
+  new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener('abort', () => {
+      clearTimeout(timer);
+      resolve();
+    }, { once: true });
+  });
+
+/**
+ * `stats`: one sample, or with `watchMs` one every interval (until `count` samples or
+ * `signal` aborts) with the rates between successive samples.
+ * @param {CliOptions} options
+ * @param {{ out: NodeJS.WritableStream, err: NodeJS.WritableStream, signal?: AbortSignal }} io
+ * @returns {Promise<number>} the exit code
+ */
+async function runStats(options, io) {
+  const signal = io.signal ?? new AbortController().signal;
+  const base = nativeOptions(options, ['dsn', 'table', 'queue', 'stream', 'group', 'delayKey', 'cluster', 'connectTimeoutMs']);
+  let previous;
+  let previousAt = 0;
+  for (let n = 1; ; n += 1) {
+    let sample;
+    const at = Date.now();
+    try {
+      sample = await queueStats({ ...base, ...(previous?.cursor ? { cursor: previous.cursor } : {}) });
+    } catch (error) {
+      io.err.write(`stats: ${messageOf(error)}\n`);
+      return EXIT.FAILED;
+    }
+    const watching = options.watchMs !== undefined;
+    const rates = watching ? ratesBetween(previous, sample, (at - previousAt) / 1000) : undefined;
+    if (options.json) {
+      io.out.write(`${JSON.stringify(statsDocument(sample, rates))}\n`);
+    } else {
+      if (watching) io.out.write(`${new Date(at).toISOString()}\n`);
+      io.out.write(formatStats(sample, rates));
+    }
+    previous = sample;
+    previousAt = at;
+    if (!watching || signal.aborted || (options.count !== undefined && n >= options.count)) return EXIT.OK;
+    await sleep(options.watchMs, signal);
+    if (signal.aborted) return EXIT.OK;
+  }
+}
+
+module.exports = { runDoctor, runStats, EXIT };
