@@ -45,13 +45,16 @@ function detailOf(report, name) {
   return report.checks.find((c) => c.name === name)?.detail;
 }
 
+/** The file's temporary directory for SQLite files, made on first use. */
+let tempDir;
 /** A SQLite file path of its own in a temporary directory (removed by `removeTemp`). */
-const tempDir = fs.mkdtempSync(path.join(os.tmpdir(), 'nmn-cli-'));
 function sqliteDsn(prefix = 'cli') {
+  tempDir ??= fs.mkdtempSync(path.join(os.tmpdir(), 'nmn-cli-'));
   return `sqlite://${path.join(tempDir, `${uniqueName(prefix)}.db`)}`;
 }
 function removeTemp() {
-  fs.rmSync(tempDir, { recursive: true, force: true });
+  if (tempDir !== undefined) fs.rmSync(tempDir, { recursive: true, force: true });
+  tempDir = undefined;
 }
 
 /**

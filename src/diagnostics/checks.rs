@@ -75,7 +75,11 @@ impl Report {
 /// The first three numbers of a version string (`"10.11.19-MariaDB-0+deb12u1"` → 10.11.19,
 /// `"15.20 (Debian …)"` → 15.20.0); missing parts are 0.
 pub fn version_numbers(text: &str) -> (u32, u32, u32) {
+    // The first word only: what follows (a distribution's own version) is not the server's.
     let mut numbers = text
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
         .split(|c: char| !c.is_ascii_digit())
         .filter(|part| !part.is_empty())
         .map(|part| part.parse::<u32>().unwrap_or(u32::MAX));
@@ -102,8 +106,8 @@ pub fn judge_version(
         report.pass(name, format!("{found} (minimum {product} {a}.{b}.{c})"));
     } else {
         report.fail(
-            "server version",
-            format!("{product} {found} is older than the minimum {a}.{b}.{c} ({needed_for})"),
+            name,
+            format!("{found} is older than the minimum {product} {a}.{b}.{c} ({needed_for})"),
         );
     }
 }
