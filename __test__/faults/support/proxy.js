@@ -30,8 +30,22 @@ function freePort() {
   });
 }
 
+/**
+ * Ends `socket` with a TCP reset, or, when its write side was already ended, plainly.
+ *
+ * Why not always a reset: Node's `resetAndDestroy()` on a socket whose shutdown is still pending
+ * in libuv (end() called while the peer is not reading: a blackholed link) fails with EINVAL in
+ * `uv_tcp_close_reset`, yet Node marks the handle as closing anyway, so it is never closed; at
+ * exit, Node's environment teardown then waits for it forever, spinning a core (caught under gdb:
+ * two TCPWraps left in the handle queue). That was the "process does not exit after a blackhole"
+ * fault and the CI run whose jest never exited: the test's proxy, not the transports.
+ */
 function reset(socket) {
   if (socket.destroyed) return;
+  if (socket.writableEnded) {
+    socket.destroy();
+    return;
+  }
   try {
     socket.resetAndDestroy();
   } catch {
