@@ -156,6 +156,19 @@ export interface SqlDialectFacts {
 /** The facts of the SQL dialect a DSN names; throws for a bad DSN. */
 export declare function sqlDialectOf(dsn: string): SqlDialectFacts
 
+/** The outbox INSERT for a table on the dialect a DSN names; throws for a bad DSN or name. */
+export declare function sqlOutboxStatement(dsn: string, tableName: string, useNotify: boolean): SqlOutboxStatement
+
+/**
+ * An outbox INSERT (see `crate::sql::outbox`): text in the dialect's placeholders and the
+ * names of the values each placeholder takes, in order.
+ */
+export interface SqlOutboxStatement {
+  text: string
+  /** `queue`, `body`, `headers`, `delayMs`, `delayMicros` or `channel`, per placeholder. */
+  values: Array<string>
+}
+
 /** Options of a native SQL queue, already defaulted by the JavaScript wrapper. */
 export interface SqlQueueOptions {
   dsn: string

@@ -840,3 +840,4 @@ module.exports.checkSqlNames = nativeBinding.checkSqlNames
 module.exports.doctor = nativeBinding.doctor
 module.exports.queueStats = nativeBinding.queueStats
 module.exports.sqlDialectOf = nativeBinding.sqlDialectOf
+module.exports.sqlOutboxStatement = nativeBinding.sqlOutboxStatement

@@ -72,7 +72,34 @@ export declare class SqlTransport
   getMessageCount(): Promise<number>;
   /** Counters of this instance, read synchronously. */
   stats(): TransportStats;
+  /**
+   * The transactional outbox: the INSERT that stores `envelope` exactly as `send()` would, for
+   * the app to run with its own client inside its own transaction (stored if and only if it
+   * commits; on PostgreSQL idle consumers are woken at commit). Builds the statement only.
+   */
+  outboxStatement(envelope: Envelope, options?: OutboxStatementOptions): OutboxStatement;
   close(): Promise<void>;
+}
+
+/**
+ * An outbox INSERT from {@link SqlTransport.outboxStatement}: `text` in the dialect's own
+ * placeholders (`$1…` on PostgreSQL, `?` on MySQL and SQLite) and `values` to bind, in order.
+ * The new id: the returned row's `id` on PostgreSQL, `insertId` / `LAST_INSERT_ID()` on MySQL,
+ * `lastInsertRowid` / `last_insert_rowid()` on SQLite.
+ */
+export interface OutboxStatementOptions {
+  /**
+   * `'native'` (default): the dialect's own placeholders. `'?'`: `?` on every dialect (on
+   * PostgreSQL one value per occurrence), for clients that number placeholders themselves
+   * (Knex `raw`, MikroORM `execute`).
+   */
+  readonly placeholders?: 'native' | '?';
+}
+
+export interface OutboxStatement {
+  readonly dialect: 'postgres' | 'mysql' | 'sqlite';
+  readonly text: string;
+  readonly values: ReadonlyArray<string | number>;
 }
 
 /** Options of {@link RedisStreamsTransport}: upstream's, with the same defaults, plus `cluster` and `connectTimeoutMs`. */

@@ -110,6 +110,34 @@ mod exports {
         })
     }
 
+    /// An outbox INSERT (see `crate::sql::outbox`): text in the dialect's placeholders and the
+    /// names of the values each placeholder takes, in order.
+    #[napi(object)]
+    pub struct SqlOutboxStatement {
+        pub text: String,
+        /// `queue`, `body`, `headers`, `delayMs`, `delayMicros` or `channel`, per placeholder.
+        pub values: Vec<String>,
+    }
+
+    /// The outbox INSERT for a table on the dialect a DSN names; throws for a bad DSN or name.
+    #[napi(catch_unwind)]
+    pub fn sql_outbox_statement(
+        dsn: String,
+        table_name: String,
+        use_notify: bool,
+    ) -> napi::Result<SqlOutboxStatement> {
+        let dialect = dsn::parse_sql_dsn(&dsn)?.dialect;
+        let statement = sql::outbox::outbox_statement(dialect, &table_name, use_notify)?;
+        Ok(SqlOutboxStatement {
+            text: statement.text,
+            values: statement
+                .values
+                .iter()
+                .map(|v| v.name().to_owned())
+                .collect(),
+        })
+    }
+
     /// Checks a table name and a queue name as `SqlTransport` takes them; throws an
     /// invalid-argument error naming the limit that was broken.
     #[napi(catch_unwind)]

@@ -2,7 +2,7 @@
 //   npx tsc -p __test__/types/tsconfig.json     (npm run test:types)
 // A NestJS app swaps `@schally/nestjs-messenger-transport-sql` for this package and nothing
 // else changes: same class name, same options, same capabilities seen by the core.
-import { SqlTransport, type SqlTransportOptions, type TransportStats } from '../..';
+import { SqlTransport, type OutboxStatement, type SqlTransportOptions, type TransportStats } from '../..';
 import {
   DelayStamp,
   Envelope,
@@ -122,6 +122,16 @@ async function usage(signal: AbortSignal): Promise<number> {
   const stats: TransportStats = transport.stats();
   const stale: number = stats.staleSettles;
   if (stale < 0) throw new Error('a count is never negative');
+  // The outbox statement goes to the app's own client, inside its transaction.
+  const outbox: OutboxStatement = transport.outboxStatement(new Envelope(new OrderPlaced('o-2', 5)));
+  const text: string = outbox.text;
+  const values: ReadonlyArray<string | number> = outbox.values;
+  const dialect: 'postgres' | 'mysql' | 'sqlite' = outbox.dialect;
+  if (text.length === 0 || values.length === 0 || dialect.length === 0) throw new Error('never empty');
+  const forKnex: OutboxStatement = transport.outboxStatement(new Envelope(new OrderPlaced('o-3', 1)), { placeholders: '?' });
+  if (forKnex.text.includes('$1')) throw new Error('question marks only');
+  // @ts-expect-error placeholders is 'native' or '?'
+  transport.outboxStatement(new Envelope(new OrderPlaced('o-4', 1)), { placeholders: '$' });
   const closed: Promise<void> = transport.close();
   await closed;
   await minimal.close();

@@ -16,6 +16,7 @@ mod table_queue;
 mod target;
 
 pub mod mysql;
+pub mod outbox;
 pub mod postgres;
 pub mod sqlite;
 
