@@ -50,11 +50,8 @@ export declare class NativeQueue {
    * write (its handler is done); acks and rejects do this themselves.
    */
   settled(id: string): void
-  /**
-   * Acks and rejects that came after this instance's claim had lapsed and another
-   * consumer had taken the message over: ignored (fenced), counted here.
-   */
-  staleSettles(): number
+  /** Counters and buffer figures of this instance, read synchronously (see `stats.rs`). */
+  stats(): NativeStats
   /** Replaces message `id` by a copy in one statement; null if `id` no longer exists. */
   redeliver(id: string, body: string, headers: string, delayMs: number): Promise<string | null>
   list(limit: number): Promise<Array<NativeMessage>>
@@ -108,6 +105,23 @@ export interface NativeMessage {
   id: string
   body: string
   headers: string
+}
+
+/** `queue.stats()`: counters (as doubles: exact up to 2^53) and buffer figures. */
+export interface NativeStats {
+  buffered: number
+  inFlight: number
+  pendingAcks: number
+  sent: number
+  claims: number
+  claimed: number
+  acked: number
+  rejected: number
+  lastClaimSize: number
+  lastClaimMs: number
+  reconnects: number
+  staleSettles: number
+  lastError?: string
 }
 
 /** One queue's (or `<stream>/<group>`'s) numbers. */

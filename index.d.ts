@@ -9,12 +9,37 @@ import type {
 
 /** Options of {@link SqlTransport}: upstream's, with the same defaults, plus `connectTimeoutMs`. */
 /** Counters of one transport instance (`transport.stats()`). */
+/** A snapshot of one transport instance from `stats()`: read synchronously, no I/O. */
 export interface TransportStats {
+  /** Claimed messages waiting in this instance's prefetch buffer. */
+  readonly buffered: number;
+  /** Delivered messages whose handler has not acked or rejected them yet. */
+  readonly inFlight: number;
+  /** Write-behind acks recorded and not yet written. */
+  readonly pendingAcks: number;
+  /** Messages stored by `send()`. */
+  readonly sent: number;
+  /** Claims that returned messages, and how many messages they returned in all. */
+  readonly claims: number;
+  readonly claimed: number;
+  /** Messages acked (write-behind: recorded), poison removals included. */
+  readonly acked: number;
+  /** Messages rejected (sent back for redelivery). */
+  readonly rejected: number;
+  /** Undecodable messages removed by `get()` (type and id are never the body). */
+  readonly poisonRemoved: number;
+  /** The last claim that returned messages: how many, and how long its statement ran (ms). */
+  readonly lastClaimSize: number;
+  readonly lastClaimMs: number;
+  /** Times a consumer had its server back after riding out a connection failure. */
+  readonly reconnects: number;
   /**
    * Acks and rejects that came after this instance's claim had lapsed and another consumer
    * had taken the message over: ignored (fenced), they deleted and copied nothing.
    */
-  staleSettles: number;
+  readonly staleSettles: number;
+  /** The message of the last error met, or null (never a password). */
+  readonly lastError: string | null;
 }
 
 export interface SqlTransportOptions {

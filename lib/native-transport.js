@@ -29,6 +29,7 @@ class NativeTransport {
   #closed = undefined;
   #activeLoops = 0;
   #nextWaitId = 1;
+  #poisonRemoved = 0;
 
   /**
    * @param {object} queue the native queue (binding's NativeQueue)
@@ -82,6 +83,7 @@ class NativeTransport {
           // Poison (undecodable or unregistered type): removed, as upstream does, so it
           // cannot loop; get() goes on.
           await this.#settles.track(native(this.#queue.ack(stored.id)));
+          this.#poisonRemoved += 1;
           continue;
         }
         this.#settles.deliver(stored.id);
@@ -162,13 +164,27 @@ class NativeTransport {
   }
 
   /**
-   * Counters of this transport, read synchronously. `staleSettles`: acks and rejects that came
-   * after this instance's claim had lapsed and another consumer had taken the message over;
-   * they were ignored (fenced), deleting and copying nothing.
-   * @returns {{ staleSettles: number }}
+   * A snapshot of this instance, read synchronously without I/O (see `TransportStats`).
+   * @returns {import('../index').TransportStats}
    */
   stats() {
-    return { staleSettles: this.#queue.staleSettles() };
+    const s = this.#queue.stats();
+    return {
+      buffered: s.buffered,
+      inFlight: s.inFlight,
+      pendingAcks: s.pendingAcks,
+      sent: s.sent,
+      claims: s.claims,
+      claimed: s.claimed,
+      acked: s.acked,
+      rejected: s.rejected,
+      poisonRemoved: this.#poisonRemoved,
+      lastClaimSize: s.lastClaimSize,
+      lastClaimMs: s.lastClaimMs,
+      reconnects: s.reconnects,
+      staleSettles: s.staleSettles,
+      lastError: s.lastError ?? null,
+    };
   }
 
   /**

@@ -60,6 +60,10 @@ impl NewMessage {
 pub trait Engine: Send + Sync {
     /// The in-process wake signal of this queue (local sends bump it).
     fn wake_signal(&self) -> Arc<WakeSignal>;
+
+    /// Hands the engine its queue's counters, for what it rides out by itself (a Redis
+    /// consumer's failed reads); engines that surface every failure ignore them.
+    fn attach_counters(&self, _counters: Arc<crate::stats::Counters>) {}
     /// Creates what the queue needs (table and index, consumer group) if missing.
     fn setup(&self) -> BoxFuture<'_, Result<()>>;
     /// Refuses, before it is queued, a message the storage is known to be unable to take, so

@@ -20,6 +20,7 @@ pub mod prefetch;
 pub mod queue;
 pub mod redis;
 pub mod sql;
+pub mod stats;
 pub mod targets;
 pub mod wake;
 pub mod write_behind;
@@ -67,6 +68,24 @@ mod exports {
         /// PEM certificate(s) to trust for `rediss://`, instead of the system's roots.
         pub tls_ca: Option<String>,
         pub connect_timeout_ms: f64,
+    }
+
+    /// `queue.stats()`: counters (as doubles: exact up to 2^53) and buffer figures.
+    #[napi(object)]
+    pub struct NativeStats {
+        pub buffered: f64,
+        pub in_flight: f64,
+        pub pending_acks: f64,
+        pub sent: f64,
+        pub claims: f64,
+        pub claimed: f64,
+        pub acked: f64,
+        pub rejected: f64,
+        pub last_claim_size: f64,
+        pub last_claim_ms: f64,
+        pub reconnects: f64,
+        pub stale_settles: f64,
+        pub last_error: Option<String>,
     }
 
     /// A stored message handed to JavaScript: decimal id, body and headers as stored.
@@ -316,11 +335,25 @@ mod exports {
             self.queue.given_up(&id);
         }
 
-        /// Acks and rejects that came after this instance's claim had lapsed and another
-        /// consumer had taken the message over: ignored (fenced), counted here.
+        /// Counters and buffer figures of this instance, read synchronously (see `stats.rs`).
         #[napi(catch_unwind)]
-        pub fn stale_settles(&self) -> f64 {
-            self.queue.stale_settles() as f64
+        pub fn stats(&self) -> NativeStats {
+            let s = self.queue.stats();
+            NativeStats {
+                buffered: s.buffered as f64,
+                in_flight: s.in_flight as f64,
+                pending_acks: s.pending_acks as f64,
+                sent: s.sent as f64,
+                claims: s.claims as f64,
+                claimed: s.claimed as f64,
+                acked: s.acked as f64,
+                rejected: s.rejected as f64,
+                last_claim_size: s.last_claim_size as f64,
+                last_claim_ms: s.last_claim_ms,
+                reconnects: s.reconnects as f64,
+                stale_settles: s.stale_settles as f64,
+                last_error: s.last_error,
+            }
         }
 
         /// Replaces message `id` by a copy in one statement; null if `id` no longer exists.

@@ -8,6 +8,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fence::Fence;
 use crate::outage::Outage;
 use crate::prefetch::{Prefetch, PREFETCH_HOLD};
+use crate::stats::{Counters, Snapshot};
 use crate::wake::WaitOutcome;
 use crate::write_behind::WriteBehind;
 use futures_util::future::BoxFuture;
@@ -58,6 +59,7 @@ pub struct Queue {
     acks: Coalescer<String, ()>,
     acks_behind: WriteBehind,
     sends: Coalescer<NewMessage, String>,
+    counters: Arc<Counters>,
 }
 
 /// The autoSetup memo: the DDL runs once, only a success is remembered, and a table that
@@ -119,6 +121,9 @@ impl Queue {
         let send_engine = engine.clone();
         let send_setup = setup.clone();
         let send_wake = engine.wake_signal();
+        let counters = Arc::new(Counters::default());
+        engine.attach_counters(counters.clone());
+        let send_counters = counters.clone();
         Self {
             acks: Coalescer::new(MAX_WRITE_BATCH, move |ids: Vec<String>| {
                 let (engine, fence) = (ack_engine.clone(), ack_fence.clone());
@@ -132,9 +137,11 @@ impl Queue {
                 let engine = send_engine.clone();
                 let setup = send_setup.clone();
                 let wake = send_wake.clone();
+                let counters = send_counters.clone();
                 Box::pin(async move {
                     let ids = setup.around(engine.insert(messages)).await?;
                     wake.wake();
+                    counters.sent(ids.len());
                     Ok(ids)
                 }) as BoxFuture<'static, Result<Vec<String>>>
             }),
@@ -152,6 +159,7 @@ impl Queue {
             closing: CancellationToken::new(),
             closed: AtomicBool::new(false),
             waiters: Mutex::default(),
+            counters,
         }
     }
 
@@ -180,10 +188,15 @@ impl Queue {
         self.engine.check_message(&message)?;
         let stored = self.sends.enqueue(message)?;
         let (bound, unanswered) = (self.engine.send_bound(), self.engine.unanswered_send());
+        let counters = self.counters.clone();
         Ok(async move {
-            tokio::time::timeout(bound, stored)
+            let result = tokio::time::timeout(bound, stored)
                 .await
-                .unwrap_or(Err(unanswered))
+                .unwrap_or(Err(unanswered));
+            if let Err(err) = &result {
+                counters.failed(err);
+            }
+            result
         })
     }
 
@@ -214,14 +227,19 @@ impl Queue {
             return;
         }
         let limit = self.next_batch_size();
+        let started = Instant::now();
         // A failure is left for the next fill to meet and report.
         if let Ok(rows) = self.setup.around(self.engine.claim(limit)).await {
-            self.hand_over(rows, limit);
+            self.hand_over(rows, limit, Some(started.elapsed()));
         }
     }
 
-    /// Puts freshly claimed rows in the buffer and notes the batch for sizing and renewal.
-    fn hand_over(&self, rows: Vec<StoredMessage>, requested: u32) {
+    /// Puts freshly claimed rows in the buffer and notes the batch for sizing and renewal;
+    /// `took`: how long the claim statement ran (None for rows an idle wait claimed).
+    fn hand_over(&self, rows: Vec<StoredMessage>, requested: u32, took: Option<Duration>) {
+        if !rows.is_empty() {
+            self.counters.claimed(rows.len(), took);
+        }
         self.fence.record(&rows);
         let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
         buffer.handed_at = Some((Instant::now(), buffer.rows.len() + rows.len()));
@@ -253,6 +271,8 @@ impl Queue {
         self.reading.store(true, Ordering::Release);
         let signal = self.engine.wake_signal();
         let mut outage = Outage::default();
+        // A failure was ridden out: the next success is a reconnect.
+        let mut riding = false;
         loop {
             if cancel.is_cancelled() {
                 return Ok(false);
@@ -270,10 +290,14 @@ impl Queue {
                     return Ok(false);
                 }
                 let limit = self.next_batch_size();
+                let started = Instant::now();
                 match self.setup.around(self.engine.claim(limit)).await {
                     Ok(rows) if !rows.is_empty() => {
-                        self.hand_over(rows, limit);
+                        self.hand_over(rows, limit, Some(started.elapsed()));
                         self.contacted.store(true, Ordering::Release);
+                        if riding {
+                            self.counters.reconnected();
+                        }
                         return Ok(true);
                     }
                     Ok(_) => Ok(()),
@@ -281,9 +305,11 @@ impl Queue {
                 }
             };
             if let Err(err) = claimed {
+                self.counters.failed(&err);
                 outage
                     .ride_out(err, self.contacted.load(Ordering::Acquire), cancel)
                     .await?;
+                riding = true;
                 continue;
             }
             match self.setup.around(self.engine.idle(seen, cancel)).await {
@@ -293,17 +319,22 @@ impl Queue {
                 Ok(WaitOutcome::Claimed(rows)) if !rows.is_empty() => {
                     let _claiming = self.claim_lock.lock().await;
                     let limit = self.next_batch_size();
-                    self.hand_over(rows, limit);
+                    self.hand_over(rows, limit, None);
                 }
                 Ok(_) => {}
                 Err(err) => {
+                    self.counters.failed(&err);
                     outage
                         .ride_out(err, self.contacted.load(Ordering::Acquire), cancel)
                         .await?;
+                    riding = true;
                     continue;
                 }
             }
             self.contacted.store(true, Ordering::Release);
+            if std::mem::take(&mut riding) {
+                self.counters.reconnected();
+            }
             outage = Outage::default();
         }
     }
@@ -449,6 +480,7 @@ impl Queue {
         self.guard_not_closed("ack")?;
         self.settled(&id);
         self.acks_behind.push(id);
+        self.counters.acked();
         Ok(())
     }
 
@@ -472,30 +504,53 @@ impl Queue {
     /// Waits until every write-behind ack is written (retried meanwhile; reported if it
     /// still fails after `ACK_FLUSH_PATIENCE`).
     pub async fn flush_acks(&self) -> Result<()> {
-        self.acks_behind.flush(ACK_FLUSH_PATIENCE).await
+        let flushed = self.acks_behind.flush(ACK_FLUSH_PATIENCE).await;
+        self.observe(flushed)
     }
 
     pub async fn ack(&self, id: &str) -> Result<()> {
         self.guard_not_closed("ack")?;
         self.settled(id);
-        self.acks.submit(id.to_owned()).await
+        let written = self.acks.submit(id.to_owned()).await;
+        if written.is_ok() {
+            self.counters.acked();
+        }
+        self.observe(written)
+    }
+
+    /// Notes a failed operation as the last error.
+    fn observe<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(err) = &result {
+            self.counters.failed(err);
+        }
+        result
     }
 
     /// Deletes the original and inserts the copy atomically; None if the original was gone.
     pub async fn redeliver(&self, id: &str, copy: NewMessage) -> Result<Option<String>> {
         self.guard_not_closed("reject")?;
         self.settled(id);
-        let result = self.fence.redeliver(&*self.engine, id, copy).await?;
+        let result = self.observe(self.fence.redeliver(&*self.engine, id, copy).await)?;
+        self.counters.rejected();
         if result.is_some() {
             self.engine.wake_signal().wake();
         }
         Ok(result)
     }
 
-    /// Settles that came after this process's claim had lapsed and the message had been
-    /// taken over (ignored: they deleted or copied nothing).
-    pub fn stale_settles(&self) -> u64 {
-        self.fence.stale_settles()
+    /// Counters and buffer figures, read synchronously (`transport.stats()`).
+    pub fn stats(&self) -> Snapshot {
+        let (buffered, in_flight) = {
+            let buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
+            (buffer.rows.len() as u64, buffer.in_flight.len() as u64)
+        };
+        Snapshot {
+            buffered,
+            in_flight,
+            pending_acks: self.acks_behind.pending(),
+            stale_settles: self.fence.stale_settles(),
+            ..self.counters.snapshot()
+        }
     }
 
     pub async fn list(&self, limit: u32) -> Result<Vec<StoredMessage>> {

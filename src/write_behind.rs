@@ -58,6 +58,12 @@ impl WriteBehind {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Acks recorded and not yet written.
+    pub fn pending(&self) -> u64 {
+        let state = self.lock();
+        state.recorded.saturating_sub(state.written)
+    }
+
     /// Records an ack; needs a runtime context (the flusher starts on first use).
     pub fn push(&self, id: String) {
         {

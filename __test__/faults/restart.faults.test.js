@@ -61,10 +61,18 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: server restart under load',
       await run.close({ boundMs: 5000 });
       const account = run.account();
       run = undefined;
+      // stats(): the consumers rode the restart out and had their server back (a reconnect
+      // each time), and kept the error they met, with no password in it.
+      const seen = consumers.map((c) => c.stats());
       const left = await residue(engine, { dsn: server.dsn, queue, connectTimeoutMs: CONNECT_TIMEOUT_MS });
       // Informational: a row left here was delivered but its ack never written (it comes back
       // after the lease, an hour by default).
-      console.log(`${summary(`restart ${engine} ${ackMode}`, account)}, left in storage ${left.length}`);
+      console.log(
+        `${summary(`restart ${engine} ${ackMode}`, account)}, left in storage ${left.length}; ` +
+          `consumers' stats: reconnects ${seen.map((s) => s.reconnects).join('/')}, last error: ${seen.map((s) => s.lastError).join(' | ')}`,
+      );
+      expect(seen.reduce((sum, s) => sum + s.reconnects, 0)).toBeGreaterThanOrEqual(1);
+      expect(seen.some((s) => typeof s.lastError === 'string')).toBe(true);
 
       expect(account.confirmed).toBeGreaterThan(50);
       expect(

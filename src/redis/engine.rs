@@ -86,6 +86,11 @@ pub struct RedisQueue {
     /// Bumped when a queue of this process adds a delayed message to the stream, so blocked
     /// reads re-plan their wait.
     pub(super) delayed_added: Arc<WakeSignal>,
+    /// The queue's counters (`stats()`): the failures this engine rides out by itself are
+    /// counted there, and its reconnects.
+    pub(super) counters: std::sync::OnceLock<Arc<crate::stats::Counters>>,
+    /// A failure was ridden out: the next success is a reconnect.
+    pub(super) riding: AtomicBool,
 }
 
 /// XAUTOCLAIM bookkeeping: run every `claimIdleMs / 2` (not on every read), cursor kept.
@@ -139,6 +144,8 @@ impl RedisQueue {
             next_due: Mutex::new(None),
             contacted: AtomicBool::new(false),
             delayed_added,
+            counters: std::sync::OnceLock::new(),
+            riding: AtomicBool::new(false),
             config,
         })
     }
@@ -151,6 +158,10 @@ impl RedisQueue {
 }
 
 impl Engine for RedisQueue {
+    fn attach_counters(&self, counters: Arc<crate::stats::Counters>) {
+        let _ = self.counters.set(counters);
+    }
+
     fn wake_signal(&self) -> Arc<WakeSignal> {
         self.wake.clone()
     }

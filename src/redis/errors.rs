@@ -78,8 +78,20 @@ impl RedisQueue {
     pub(super) async fn tolerate<T>(&self, result: Result<T>, otherwise: T) -> Result<T> {
         match result {
             Err(err) if err.is_transient_connection() && self.contacted.load(Ordering::Acquire) => {
+                if let Some(counters) = self.counters.get() {
+                    counters.failed(&err);
+                }
+                self.riding.store(true, Ordering::Release);
                 tokio::time::sleep(RETRY_PAUSE).await;
                 Ok(otherwise)
+            }
+            Ok(value) => {
+                if self.riding.swap(false, Ordering::AcqRel) {
+                    if let Some(counters) = self.counters.get() {
+                        counters.reconnected();
+                    }
+                }
+                Ok(value)
             }
             other => other,
         }

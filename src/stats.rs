@@ -1,0 +1,128 @@
+//! What `transport.stats()` reports: counters bumped on the paths they count (relaxed atomics,
+//! no lock on the hot path; the last error is kept under a lock taken only when one happens)
+//! and a snapshot of the queue's buffers, read synchronously.
+
+use crate::error::Error;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::Duration;
+
+#[derive(Default)]
+pub struct Counters {
+    sent: AtomicU64,
+    claims: AtomicU64,
+    claimed: AtomicU64,
+    acked: AtomicU64,
+    rejected: AtomicU64,
+    reconnects: AtomicU64,
+    last_claim_size: AtomicU64,
+    last_claim_micros: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+/// One reading of a queue's counters and buffers.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// Claimed rows waiting in the prefetch buffer.
+    pub buffered: u64,
+    /// Delivered messages whose handler has not settled them.
+    pub in_flight: u64,
+    /// Write-behind acks recorded and not yet written.
+    pub pending_acks: u64,
+    /// Messages stored by send().
+    pub sent: u64,
+    /// Claims that returned rows, and the rows they returned.
+    pub claims: u64,
+    pub claimed: u64,
+    pub acked: u64,
+    pub rejected: u64,
+    /// The last claim that returned rows: how many, and how long its statement took (0 ms
+    /// for rows an idle wait claimed).
+    pub last_claim_size: u64,
+    pub last_claim_ms: f64,
+    /// Times a consumer had its server back after riding out a connection failure.
+    pub reconnects: u64,
+    /// Settles that came after this process's claim had been taken over (ignored).
+    pub stale_settles: u64,
+    /// The last error met (its message carries no secret: errors are redacted when made).
+    pub last_error: Option<String>,
+}
+
+impl Counters {
+    pub fn sent(&self, count: usize) {
+        self.sent.fetch_add(count as u64, Relaxed);
+    }
+
+    pub fn claimed(&self, count: usize, took: Option<Duration>) {
+        self.claims.fetch_add(1, Relaxed);
+        self.claimed.fetch_add(count as u64, Relaxed);
+        self.last_claim_size.store(count as u64, Relaxed);
+        let micros = took.map_or(0, |d| d.as_micros().min(u128::from(u64::MAX)) as u64);
+        self.last_claim_micros.store(micros, Relaxed);
+    }
+
+    pub fn acked(&self) {
+        self.acked.fetch_add(1, Relaxed);
+    }
+
+    pub fn rejected(&self) {
+        self.rejected.fetch_add(1, Relaxed);
+    }
+
+    pub fn reconnected(&self) {
+        self.reconnects.fetch_add(1, Relaxed);
+    }
+
+    pub fn failed(&self, err: &Error) {
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(err.to_string());
+    }
+
+    /// The counters, with the buffer figures the queue fills in.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            sent: self.sent.load(Relaxed),
+            claims: self.claims.load(Relaxed),
+            claimed: self.claimed.load(Relaxed),
+            acked: self.acked.load(Relaxed),
+            rejected: self.rejected.load(Relaxed),
+            last_claim_size: self.last_claim_size.load(Relaxed),
+            last_claim_ms: self.last_claim_micros.load(Relaxed) as f64 / 1000.0,
+            reconnects: self.reconnects.load(Relaxed),
+            last_error: self
+                .last_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+            ..Snapshot::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_sets_the_last_size_and_duration_and_adds_to_the_totals() {
+        let counters = Counters::default();
+        counters.claimed(16, Some(Duration::from_micros(1500)));
+        counters.claimed(3, None);
+        let s = counters.snapshot();
+        assert_eq!((s.claims, s.claimed, s.last_claim_size), (2, 19, 3));
+        assert_eq!(s.last_claim_ms, 0.0);
+        counters.claimed(5, Some(Duration::from_micros(2500)));
+        assert_eq!(counters.snapshot().last_claim_ms, 2.5);
+    }
+
+    #[test]
+    fn the_last_error_is_the_latest_one() {
+        let counters = Counters::default();
+        assert_eq!(counters.snapshot().last_error, None);
+        counters.failed(&Error::transport("first"));
+        counters.failed(&Error::transport("second"));
+        assert!(counters
+            .snapshot()
+            .last_error
+            .is_some_and(|e| e.contains("second")));
+    }
+}
