@@ -57,6 +57,8 @@ export declare class NativeQueue {
   list(limit: number): Promise<Array<NativeMessage>>
   find(id: string): Promise<NativeMessage | null>
   count(): Promise<number>
+  /** A bounded health probe: the message count and the probe's duration in ms. */
+  health(timeoutMs: number): Promise<NativeHealth>
   /** Stops new claims and ends every idle wait at once. */
   beginClose(): void
   /** Releases prefetched rows and lets go of the shared pool. */
@@ -98,6 +100,12 @@ export interface DoctorOptions {
 export interface DoctorReport {
   ok: boolean
   checks: Array<DoctorCheck>
+}
+
+/** `queue.health()`: what an answered probe saw. */
+export interface NativeHealth {
+  messages: number
+  latencyMs: number
 }
 
 /** A stored message handed to JavaScript: decimal id, body and headers as stored. */

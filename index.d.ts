@@ -9,6 +9,19 @@ import type {
 
 /** Options of {@link SqlTransport}: upstream's, with the same defaults, plus `connectTimeoutMs`. */
 /** Counters of one transport instance (`transport.stats()`). */
+/** What `health()` found: `up` with the queue's message count and the probe's latency, or `down` with the error. */
+export interface TransportHealth {
+  readonly status: 'up' | 'down';
+  readonly details: {
+    /** The transport's `name`. */
+    readonly transport: string;
+    readonly messages?: number;
+    readonly latencyMs?: number;
+    /** Why it is down (never a password). */
+    readonly error?: string;
+  };
+}
+
 /** A snapshot of one transport instance from `stats()`: read synchronously, no I/O. */
 export interface TransportStats {
   /** Claimed messages waiting in this instance's prefetch buffer. */
@@ -97,6 +110,8 @@ export declare class SqlTransport
   getMessageCount(): Promise<number>;
   /** Counters of this instance, read synchronously. */
   stats(): TransportStats;
+  /** Reads the message count within `timeoutMs` (default 2000); never throws: `down` with the error. */
+  health(options?: { timeoutMs?: number }): Promise<TransportHealth>;
   /**
    * The transactional outbox: the INSERT that stores `envelope` exactly as `send()` would, for
    * the app to run with its own client inside its own transaction (stored if and only if it
@@ -194,5 +209,7 @@ export declare class RedisStreamsTransport
   getMessageCount(): Promise<number>;
   /** Counters of this instance, read synchronously. */
   stats(): TransportStats;
+  /** Reads the message count within `timeoutMs` (default 2000); never throws: `down` with the error. */
+  health(options?: { timeoutMs?: number }): Promise<TransportHealth>;
   close(): Promise<void>;
 }

@@ -9,7 +9,8 @@
 const { Envelope, JsonSerializer } = require('@schally/nestjs-messenger');
 const { postgres, mysql, sqlite, redis } = require('./support/engines');
 const { closedPort } = require('./support/ports');
-const { TestMessage, closeAll, envelopeOf, serializer, settleWithin } = require('./support/transport-helpers');
+const { TestMessage, envelopeOf, serializer, settleWithin } = require('./support/transport-helpers');
+const { engineTransports } = require('./support/engine-transports');
 
 const ZERO = {
   buffered: 0,
@@ -35,29 +36,8 @@ class Unregistered {
 }
 
 describe.each([postgres, mysql, sqlite, redis])('$name: stats()', (engine) => {
-  const transports = [];
-  const targets = [];
-  let dsn;
-
-  const open = (options = {}) => {
-    const target = engine.target('st');
-    targets.push(target);
-    const t = new engine.Transport({ dsn, serializer: serializer(), ...target, ...options });
-    transports.push(t);
-    return t;
-  };
-
-  beforeAll(async () => {
-    await engine.requireServer();
-    dsn = engine.runDsn('nmn-stats');
-  });
-
-  afterEach(async () => {
-    await closeAll(transports);
-    for (const target of targets.splice(0)) await engine.removeTarget(target, dsn);
-  }, 15000);
-
-  afterAll(() => engine.removeRunDsn?.(dsn));
+  const transports = engineTransports(engine, 'st');
+  const open = (options) => transports.open(options);
 
   it('starts at zero, with every field present', () => {
     expect(open().stats()).toEqual(ZERO);
@@ -103,9 +83,7 @@ describe.each([postgres, mysql, sqlite, redis])('$name: stats()', (engine) => {
 
   it('counts an undecodable message removed by get() as poison', async () => {
     const writer = open({ serializer: new JsonSerializer([TestMessage, Unregistered]) });
-    const options = engine.name === 'redis' ? { stream: targets[0].stream } : { queueName: targets[0].queueName };
-    const reader = new engine.Transport({ dsn, serializer: serializer(), ...options });
-    transports.push(reader);
+    const reader = transports.track(new engine.Transport({ dsn: transports.dsn, serializer: serializer(), ...transports.lastTarget }));
     await writer.send(new Envelope(new Unregistered('p')));
     await writer.send(envelopeOf('good'));
 
@@ -125,8 +103,9 @@ describe.each([postgres, mysql, sqlite, redis])('$name: stats()', (engine) => {
       engine.name === 'sqlite'
         ? 'sqlite:///nonexistent-nmn-dir/nested/queue.db'
         : engine.dsnWith({ port: await closedPort(), user: 'u', password: secret });
-    const t = new engine.Transport({ dsn: unreachable, serializer: serializer(), connectTimeoutMs: 1000, ...engine.target('st') });
-    transports.push(t);
+    const t = transports.track(
+      new engine.Transport({ dsn: unreachable, serializer: serializer(), connectTimeoutMs: 1000, ...engine.target('st') }),
+    );
     const sent = await settleWithin(t.send(envelopeOf('lost')), 10000);
     expect(sent.error).toBeDefined();
     const { lastError, sent: count } = t.stats();

@@ -9,8 +9,10 @@ const {
 const { native, nativeSync } = require('./errors');
 const { SettleTracker } = require('./settle-tracker');
 const { encodeEnvelope, decodeStored } = require('./envelope-codec');
+const { positiveNumber } = require('./option-checks');
 
 const DEFAULT_LIST_LIMIT = 100;
+const DEFAULT_HEALTH_TIMEOUT_MS = 2000;
 
 /**
  * What every native transport does in JavaScript: encode and decode through the app's
@@ -161,6 +163,26 @@ class NativeTransport {
   /** Due messages not in flight, as upstream counts them. */
   async getMessageCount() {
     return this.#settles.track(native(this.#queue.count()));
+  }
+
+  /**
+   * Checks that the transport reaches its storage, within `timeoutMs` (default 2000): reads the
+   * queue's message count. Never throws: `{ status: 'up', details }` with the count and the
+   * latency, or `{ status: 'down', details }` with the error (no password in it). For
+   * `@nestjs/terminus`, see the README.
+   * @param {{ timeoutMs?: number }} [options]
+   * @returns {Promise<import('../index').TransportHealth>}
+   */
+  async health(options = {}) {
+    const timeoutMs = positiveNumber(options, { timeoutMs: DEFAULT_HEALTH_TIMEOUT_MS }, 'timeoutMs');
+    const transport = this.#name;
+    if (this.#closing) return { status: 'down', details: { transport, error: 'The transport is closing or closed.' } };
+    try {
+      const { messages, latencyMs } = await this.#settles.track(native(this.#queue.health(timeoutMs)));
+      return { status: 'up', details: { transport, messages, latencyMs } };
+    } catch (error) {
+      return { status: 'down', details: { transport, error: error.message } };
+    }
   }
 
   /**

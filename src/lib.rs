@@ -88,6 +88,13 @@ mod exports {
         pub last_error: Option<String>,
     }
 
+    /// `queue.health()`: what an answered probe saw.
+    #[napi(object)]
+    pub struct NativeHealth {
+        pub messages: f64,
+        pub latency_ms: f64,
+    }
+
     /// A stored message handed to JavaScript: decimal id, body and headers as stored.
     #[napi(object)]
     pub struct NativeMessage {
@@ -390,6 +397,17 @@ mod exports {
         #[napi]
         pub async fn count(&self) -> napi::Result<f64> {
             Ok(self.queue.count().await? as f64)
+        }
+
+        /// A bounded health probe: the message count and the probe's duration in ms.
+        #[napi]
+        pub async fn health(&self, timeout_ms: f64) -> napi::Result<NativeHealth> {
+            let bound = millis(timeout_ms, "timeoutMs")?;
+            let (messages, took) = self.queue.health(bound).await?;
+            Ok(NativeHealth {
+                messages: messages as f64,
+                latency_ms: took.as_secs_f64() * 1000.0,
+            })
         }
 
         /// Stops new claims and ends every idle wait at once.

@@ -568,6 +568,20 @@ impl Queue {
         self.setup.around(self.engine.count()).await
     }
 
+    /// A health probe: the queue's message count read within `bound` (no ack flush first, so
+    /// a failing ack write cannot hold it), and how long it took.
+    pub async fn health(&self, bound: Duration) -> Result<(i64, Duration)> {
+        let started = Instant::now();
+        match tokio::time::timeout(bound, self.setup.around(self.engine.count())).await {
+            Ok(Ok(count)) => Ok((count, started.elapsed())),
+            Ok(Err(err)) => self.observe(Err(err)),
+            Err(_) => self.observe(Err(Error::connection(format!(
+                "No answer within {} ms.",
+                bound.as_millis()
+            )))),
+        }
+    }
+
     /// First step of close: no new claims or sends; every idle wait returns now.
     pub fn begin_close(&self) {
         self.closing.cancel();

@@ -20,7 +20,7 @@
 
 const path = require('node:path');
 const { fork } = require('node:child_process');
-const { startServer } = require('./support/servers');
+const { privateServer } = require('./support/servers');
 const { settleWithin } = require('./support/account');
 
 const SCENARIO = path.join(__dirname, 'support', 'blackhole-scenario.js');
@@ -36,17 +36,10 @@ process.once('exit', () => {
 });
 
 describe.each(['postgres', 'mariadb', 'redis'])('%s: network blackhole under load', (engine) => {
-  let server;
-
-  beforeAll(async () => {
-    server = await startServer(engine);
-  }, 120_000);
-
-  afterAll(async () => {
-    await server?.stop();
-  }, 60_000);
+  const serverOf = privateServer(engine);
 
   it('every operation bounded while silent, abort and close bounded, consumers recover by themselves, nothing lost, the process exits', async () => {
+    const server = serverOf();
     const child = fork(SCENARIO, [], {
       cwd: path.join(__dirname, '..', '..'),
       execArgv: [],

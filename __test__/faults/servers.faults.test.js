@@ -7,7 +7,7 @@
 const { Client } = require('pg');
 const mysql = require('mysql2/promise');
 const { Redis } = require('ioredis');
-const { startServer } = require('./support/servers');
+const { privateServer } = require('./support/servers');
 
 const SHARED_PORTS = new Set([5432, 3306, 6379]);
 
@@ -51,15 +51,10 @@ async function readMarker(server) {
 }
 
 describe.each(['postgres', 'mariadb', 'redis'])('%s', (engine) => {
-  let server;
-  beforeAll(async () => {
-    server = await startServer(engine);
-  }, 120_000);
-  afterAll(async () => {
-    await server?.stop();
-  }, 60_000);
+  const serverOf = privateServer(engine);
 
   it('runs on a private loopback port and keeps its data across a restart', async () => {
+    const server = serverOf();
     expect(SHARED_PORTS.has(server.port)).toBe(false);
     await writeMarker(server);
     await server.restart({ downMs: 200 });
@@ -67,6 +62,7 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s', (engine) => {
   }, 60_000);
 
   it('killBackends() drops the other client connections', async () => {
+    const server = serverOf();
     const client = await clientOf(server);
     await client.run();
     const { killed } = await server.killBackends();

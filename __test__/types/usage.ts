@@ -2,7 +2,13 @@
 //   npx tsc -p __test__/types/tsconfig.json     (npm run test:types)
 // A NestJS app swaps `@schally/nestjs-messenger-transport-sql` for this package and nothing
 // else changes: same class name, same options, same capabilities seen by the core.
-import { SqlTransport, type OutboxStatement, type SqlTransportOptions, type TransportStats } from '../..';
+import {
+  SqlTransport,
+  type OutboxStatement,
+  type SqlTransportOptions,
+  type TransportHealth,
+  type TransportStats,
+} from '../..';
 import {
   DelayStamp,
   Envelope,
@@ -128,6 +134,8 @@ async function usage(signal: AbortSignal): Promise<number> {
   const values: ReadonlyArray<string | number> = outbox.values;
   const dialect: 'postgres' | 'mysql' | 'sqlite' = outbox.dialect;
   if (text.length === 0 || values.length === 0 || dialect.length === 0) throw new Error('never empty');
+  const health: TransportHealth = await transport.health({ timeoutMs: 1000 });
+  if (health.status === 'down' && health.details.error === undefined) throw new Error('down says why');
   const forKnex: OutboxStatement = transport.outboxStatement(new Envelope(new OrderPlaced('o-3', 1)), { placeholders: '?' });
   if (forKnex.text.includes('$1')) throw new Error('question marks only');
   // @ts-expect-error placeholders is 'native' or '?'

@@ -483,4 +483,20 @@ function startServer(engine, options = {}) {
   }
 }
 
-module.exports = { startPostgres, startMariadb, startRedis, startServer, waitForPort, freePort };
+/**
+ * Jest hooks for a describe block: a private `engine` server started before its tests and
+ * stopped after them. Returns the server's getter (it exists once the tests run).
+ * @param {'postgres' | 'mariadb' | 'redis'} engine
+ */
+function privateServer(engine) {
+  let server;
+  beforeAll(async () => {
+    server = await startServer(engine);
+  }, 120_000);
+  afterAll(async () => {
+    await server?.stop();
+  }, 60_000);
+  return () => server;
+}
+
+module.exports = { startPostgres, startMariadb, startRedis, startServer, privateServer, waitForPort, freePort };
