@@ -57,6 +57,10 @@ export declare class NativeQueue {
   list(limit: number): Promise<Array<NativeMessage>>
   find(id: string): Promise<NativeMessage | null>
   count(): Promise<number>
+  /** From now on, keeps the events a logger must hear of, for `takeEvents`. */
+  watchEvents(): void
+  /** The events kept since the last call, oldest first. */
+  takeEvents(): Array<NativeEvent>
   /** A bounded health probe: the message count and the probe's duration in ms. */
   health(timeoutMs: number): Promise<NativeHealth>
   /** Stops new claims and ends every idle wait at once. */
@@ -100,6 +104,12 @@ export interface DoctorOptions {
 export interface DoctorReport {
   ok: boolean
   checks: Array<DoctorCheck>
+}
+
+/** An event for the `logger` option: `log`, `warn` or `error`, and what happened. */
+export interface NativeEvent {
+  level: string
+  message: string
 }
 
 /** `queue.health()`: what an answered probe saw. */

@@ -88,6 +88,13 @@ mod exports {
         pub last_error: Option<String>,
     }
 
+    /// An event for the `logger` option: `log`, `warn` or `error`, and what happened.
+    #[napi(object)]
+    pub struct NativeEvent {
+        pub level: String,
+        pub message: String,
+    }
+
     /// `queue.health()`: what an answered probe saw.
     #[napi(object)]
     pub struct NativeHealth {
@@ -397,6 +404,25 @@ mod exports {
         #[napi]
         pub async fn count(&self) -> napi::Result<f64> {
             Ok(self.queue.count().await? as f64)
+        }
+
+        /// From now on, keeps the events a logger must hear of, for `takeEvents`.
+        #[napi(catch_unwind)]
+        pub fn watch_events(&self) {
+            self.queue.watch_events();
+        }
+
+        /// The events kept since the last call, oldest first.
+        #[napi(catch_unwind)]
+        pub fn take_events(&self) -> Vec<NativeEvent> {
+            self.queue
+                .take_events()
+                .into_iter()
+                .map(|e| NativeEvent {
+                    level: e.level.name().to_owned(),
+                    message: e.message,
+                })
+                .collect()
         }
 
         /// A bounded health probe: the message count and the probe's duration in ms.

@@ -8,7 +8,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fence::Fence;
 use crate::outage::Outage;
 use crate::prefetch::{Prefetch, PREFETCH_HOLD};
-use crate::stats::{Counters, Snapshot};
+use crate::stats::{Counters, Level, Snapshot};
 use crate::wake::WaitOutcome;
 use crate::write_behind::WriteBehind;
 use futures_util::future::BoxFuture;
@@ -145,7 +145,7 @@ impl Queue {
                     Ok(ids)
                 }) as BoxFuture<'static, Result<Vec<String>>>
             }),
-            acks_behind: WriteBehind::new(engine.clone(), fence.clone()),
+            acks_behind: WriteBehind::new(engine.clone(), fence.clone(), counters.clone()),
             fence,
             engine,
             setup,
@@ -296,7 +296,7 @@ impl Queue {
                         self.hand_over(rows, limit, Some(started.elapsed()));
                         self.contacted.store(true, Ordering::Release);
                         if riding {
-                            self.counters.reconnected();
+                            self.reconnected();
                         }
                         return Ok(true);
                     }
@@ -305,11 +305,7 @@ impl Queue {
                 }
             };
             if let Err(err) = claimed {
-                self.counters.failed(&err);
-                outage
-                    .ride_out(err, self.contacted.load(Ordering::Acquire), cancel)
-                    .await?;
-                riding = true;
+                self.ride_out(&mut outage, err, &mut riding, cancel).await?;
                 continue;
             }
             match self.setup.around(self.engine.idle(seen, cancel)).await {
@@ -323,20 +319,59 @@ impl Queue {
                 }
                 Ok(_) => {}
                 Err(err) => {
-                    self.counters.failed(&err);
-                    outage
-                        .ride_out(err, self.contacted.load(Ordering::Acquire), cancel)
-                        .await?;
-                    riding = true;
+                    self.ride_out(&mut outage, err, &mut riding, cancel).await?;
                     continue;
                 }
             }
             self.contacted.store(true, Ordering::Release);
             if std::mem::take(&mut riding) {
-                self.counters.reconnected();
+                self.reconnected();
             }
             outage = Outage::default();
         }
+    }
+
+    /// A consumer's failed claim or wait: counted, reported to a logger when a run of
+    /// failures starts (and a refusal every time: credentials or a database gone), then waited
+    /// out or surfaced (`Outage`).
+    async fn ride_out(
+        &self,
+        outage: &mut Outage,
+        err: Error,
+        riding: &mut bool,
+        cancel: &CancellationToken,
+    ) -> Result<()> {
+        self.counters.failed(&err);
+        let contacted = self.contacted.load(Ordering::Acquire);
+        if err.persistent {
+            self.counters.report(
+                Level::Error,
+                format!("The server refused the consumer: {err}"),
+            );
+        } else if !*riding && contacted && err.kind == ErrorKind::Connection {
+            self.counters.report(
+                Level::Warn,
+                format!("Connection lost: {err}. get() keeps trying."),
+            );
+        }
+        outage.ride_out(err, contacted, cancel).await?;
+        *riding = true;
+        Ok(())
+    }
+
+    fn reconnected(&self) {
+        self.counters.reconnected();
+        self.counters
+            .report(Level::Log, "Connection back: consuming again.");
+    }
+
+    /// From now on, events are kept for a logger to pull (`take_events`).
+    pub fn watch_events(&self) {
+        self.counters.watch_events();
+    }
+
+    pub fn take_events(&self) -> Vec<crate::stats::Event> {
+        self.counters.take_events()
     }
 
     /// Renews the claim on in-flight rows (their handler is running) and on buffered rows

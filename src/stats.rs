@@ -1,11 +1,42 @@
 //! What `transport.stats()` reports: counters bumped on the paths they count (relaxed atomics,
 //! no lock on the hot path; the last error is kept under a lock taken only when one happens)
-//! and a snapshot of the queue's buffers, read synchronously.
+//! and a snapshot of the queue's buffers, read synchronously. Also the events an operator must
+//! know (the `logger` option), kept only once a logger asked for them, and pulled by JavaScript:
+//! no call into JavaScript from a Rust thread.
 
 use crate::error::Error;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
+
+/// Events kept between two pulls; older ones are dropped (and counted) past it.
+const MAX_EVENTS: usize = 100;
+
+/// How loud an event is, as a NestJS `LoggerService` method.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    Log,
+    Warn,
+    Error,
+}
+
+impl Level {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Log => "log",
+            Self::Warn => "warn",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// Something an operator must know, in words (never a secret: errors are redacted when made).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub level: Level,
+    pub message: String,
+}
 
 #[derive(Default)]
 pub struct Counters {
@@ -18,6 +49,10 @@ pub struct Counters {
     last_claim_size: AtomicU64,
     last_claim_micros: AtomicU64,
     last_error: Mutex<Option<String>>,
+    /// A logger wants events (until then `report` keeps nothing).
+    watching: AtomicBool,
+    events: Mutex<VecDeque<Event>>,
+    events_dropped: AtomicU64,
 }
 
 /// One reading of a queue's counters and buffers.
@@ -77,6 +112,45 @@ impl Counters {
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(err.to_string());
     }
 
+    /// From now on, events are kept for `take_events`.
+    pub fn watch_events(&self) {
+        self.watching.store(true, Relaxed);
+    }
+
+    pub fn report(&self, level: Level, message: impl Into<String>) {
+        if !self.watching.load(Relaxed) {
+            return;
+        }
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        if events.len() >= MAX_EVENTS {
+            events.pop_front();
+            self.events_dropped.fetch_add(1, Relaxed);
+        }
+        events.push_back(Event {
+            level,
+            message: message.into(),
+        });
+    }
+
+    /// The events kept since the last call, oldest first, after a line for any dropped.
+    pub fn take_events(&self) -> Vec<Event> {
+        let mut taken: Vec<Event> = Vec::new();
+        let dropped = self.events_dropped.swap(0, Relaxed);
+        if dropped > 0 {
+            taken.push(Event {
+                level: Level::Warn,
+                message: format!("{dropped} earlier events were dropped (more than {MAX_EVENTS} between two reads)."),
+            });
+        }
+        taken.extend(
+            self.events
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .drain(..),
+        );
+        taken
+    }
+
     /// The counters, with the buffer figures the queue fills in.
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
@@ -112,6 +186,24 @@ mod tests {
         assert_eq!(s.last_claim_ms, 0.0);
         counters.claimed(5, Some(Duration::from_micros(2500)));
         assert_eq!(counters.snapshot().last_claim_ms, 2.5);
+    }
+
+    #[test]
+    fn events_are_kept_only_once_watched_and_bounded() {
+        let counters = Counters::default();
+        counters.report(Level::Warn, "before");
+        assert!(counters.take_events().is_empty());
+        counters.watch_events();
+        for n in 0..MAX_EVENTS + 3 {
+            counters.report(Level::Log, format!("e{n}"));
+        }
+        let events = counters.take_events();
+        assert_eq!(events.len(), MAX_EVENTS + 1);
+        assert!(events[0]
+            .message
+            .starts_with("3 earlier events were dropped"));
+        assert_eq!(events[1].message, "e3");
+        assert!(counters.take_events().is_empty());
     }
 
     #[test]

@@ -8,6 +8,7 @@
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::Fence;
+use crate::stats::{Counters, Level};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -34,6 +35,7 @@ struct State {
 pub struct WriteBehind {
     engine: Arc<dyn Engine>,
     fence: Arc<Fence>,
+    counters: Arc<Counters>,
     state: Arc<Mutex<State>>,
     work: Arc<Notify>,
     idle: Arc<Notify>,
@@ -42,10 +44,11 @@ pub struct WriteBehind {
 }
 
 impl WriteBehind {
-    pub fn new(engine: Arc<dyn Engine>, fence: Arc<Fence>) -> Self {
+    pub fn new(engine: Arc<dyn Engine>, fence: Arc<Fence>, counters: Arc<Counters>) -> Self {
         Self {
             engine,
             fence,
+            counters,
             state: Arc::default(),
             work: Arc::new(Notify::new()),
             idle: Arc::new(Notify::new()),
@@ -75,6 +78,7 @@ impl WriteBehind {
             let flusher = Flusher {
                 engine: self.engine.clone(),
                 fence: self.fence.clone(),
+                counters: self.counters.clone(),
                 state: self.state.clone(),
                 work: self.work.clone(),
                 idle: self.idle.clone(),
@@ -121,6 +125,7 @@ impl Drop for WriteBehind {
 struct Flusher {
     engine: Arc<dyn Engine>,
     fence: Arc<Fence>,
+    counters: Arc<Counters>,
     state: Arc<Mutex<State>>,
     work: Arc<Notify>,
     idle: Arc<Notify>,
@@ -161,11 +166,15 @@ impl Flusher {
             }
             match self.fence.delete(&*self.engine, batch.clone()).await {
                 Ok(()) => {
-                    {
+                    let recovered = {
                         let mut s = self.lock();
                         s.writing = 0;
                         s.written += batch.len() as u64;
-                        s.error = None;
+                        s.error.take().is_some()
+                    };
+                    if recovered {
+                        self.counters
+                            .report(Level::Log, "Write-behind acks are written again.");
                     }
                     pause = RETRY_PAUSE;
                     self.idle.notify_waiters();
@@ -181,13 +190,20 @@ impl Flusher {
                     self.idle.notify_waiters();
                 }
                 Err(error) => {
-                    {
+                    let first = {
                         let mut s = self.lock();
                         s.writing = 0;
                         let rest = std::mem::take(&mut s.pending);
                         s.pending = batch;
                         s.pending.extend(rest);
-                        s.error = Some(error);
+                        s.error.replace(error.clone()).is_none()
+                    };
+                    if first {
+                        self.counters.failed(&error);
+                        self.counters.report(
+                            Level::Error,
+                            format!("Write-behind acks could not be written: {error}. Retrying until they are."),
+                        );
                     }
                     self.idle.notify_waiters();
                     tokio::select! {

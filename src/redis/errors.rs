@@ -78,10 +78,16 @@ impl RedisQueue {
     pub(super) async fn tolerate<T>(&self, result: Result<T>, otherwise: T) -> Result<T> {
         match result {
             Err(err) if err.is_transient_connection() && self.contacted.load(Ordering::Acquire) => {
+                let first = !self.riding.swap(true, Ordering::AcqRel);
                 if let Some(counters) = self.counters.get() {
                     counters.failed(&err);
+                    if first {
+                        counters.report(
+                            crate::stats::Level::Warn,
+                            format!("Connection lost: {err}. get() keeps trying."),
+                        );
+                    }
                 }
-                self.riding.store(true, Ordering::Release);
                 tokio::time::sleep(RETRY_PAUSE).await;
                 Ok(otherwise)
             }
@@ -89,6 +95,10 @@ impl RedisQueue {
                 if self.riding.swap(false, Ordering::AcqRel) {
                     if let Some(counters) = self.counters.get() {
                         counters.reconnected();
+                        counters.report(
+                            crate::stats::Level::Log,
+                            "Connection back: consuming again.",
+                        );
                     }
                 }
                 Ok(value)

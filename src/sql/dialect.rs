@@ -129,6 +129,10 @@ pub trait SqlDialect: Sized + Send + Sync + 'static {
     /// A server error in the dialect's words (with its code).
     fn describe(err: &dyn DatabaseError) -> String;
 
+    /// Hands a queue's counters to what the dialect runs for many queues (PostgreSQL's LISTEN
+    /// connection), so a logger hears when it is lost and back.
+    fn watch(_queue: &TableQueue<Self>, _counters: &Arc<crate::stats::Counters>) {}
+
     /// Whether push wake-ups are live right now for this queue.
     fn push_ready(_queue: &TableQueue<Self>) -> bool {
         false

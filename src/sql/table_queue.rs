@@ -153,6 +153,10 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
         self.wake.clone()
     }
 
+    fn attach_counters(&self, counters: Arc<crate::stats::Counters>) {
+        D::watch(self, &counters);
+    }
+
     fn setup(&self) -> BoxFuture<'_, Result<()>> {
         Box::pin(self.bounded("setup", None, async move {
             self.ready("setup").await?;

@@ -5,10 +5,11 @@
 //! channel is not yet LISTENed they poll instead, and every change of state wakes them all so
 //! they re-plan (a notification may have been missed while the connection was away).
 
+use crate::stats::{Counters, Level};
 use crate::wake::WakeBoard;
 use sqlx::postgres::{PgListener, PgPool};
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -31,6 +32,8 @@ pub struct PgNotifyListener {
     wanted_changed: Notify,
     stop: CancellationToken,
     started: OnceLock<()>,
+    /// The counters of the queues on this connection, told when it is lost and back.
+    watchers: Mutex<Vec<Weak<Counters>>>,
 }
 
 impl PgNotifyListener {
@@ -44,7 +47,21 @@ impl PgNotifyListener {
             wanted_changed: Notify::new(),
             stop: CancellationToken::new(),
             started: OnceLock::new(),
+            watchers: Mutex::default(),
         })
+    }
+
+    /// Tells `counters` (a queue's) when the LISTEN connection is lost and when it is back.
+    pub fn watch(&self, counters: &Arc<Counters>) {
+        let mut watchers = lock(&self.watchers);
+        watchers.retain(|w| w.strong_count() > 0);
+        watchers.push(Arc::downgrade(counters));
+    }
+
+    fn tell(&self, level: Level, message: &str) {
+        for counters in lock(&self.watchers).iter().filter_map(Weak::upgrade) {
+            counters.report(level, message);
+        }
     }
 
     /// Asks for `channel` to be LISTENed (starting the listener on first use) and tells
@@ -73,6 +90,8 @@ impl PgNotifyListener {
 
     async fn run(self: Arc<Self>) {
         let mut backoff = Duration::from_millis(50);
+        // The connection was live and went away: its return is reported.
+        let mut lost = false;
         while !self.stop.is_cancelled() {
             let channels: Vec<String> = lock(&self.wanted).iter().cloned().collect();
             let connected = tokio::select! {
@@ -82,7 +101,7 @@ impl PgNotifyListener {
             let mut listener = match connected {
                 Ok(listener) => listener,
                 Err(_) => {
-                    self.set_down();
+                    lost |= self.set_down();
                     tokio::select! {
                         _ = self.stop.cancelled() => return,
                         _ = tokio::time::sleep(backoff) => {}
@@ -92,6 +111,12 @@ impl PgNotifyListener {
                 }
             };
             backoff = Duration::from_millis(50);
+            if std::mem::take(&mut lost) {
+                self.tell(
+                    Level::Log,
+                    "LISTEN connection back: idle consumers are woken by NOTIFY again.",
+                );
+            }
             *lock(&self.live) = channels.iter().cloned().collect();
             self.board.wake_all();
             loop {
@@ -105,7 +130,7 @@ impl PgNotifyListener {
                     _ = tokio::time::sleep(LIVENESS_PERIOD) => {
                         let check = sqlx::query("SELECT 1").execute(&mut listener);
                         if !matches!(tokio::time::timeout(LIVENESS_BOUND, check).await, Ok(Ok(_))) {
-                            self.set_down();
+                            lost |= self.set_down();
                             break;
                         }
                     }
@@ -114,7 +139,7 @@ impl PgNotifyListener {
                             self.board.wake(notification.channel(), notification.payload());
                         }
                         Ok(None) | Err(_) => {
-                            self.set_down();
+                            lost |= self.set_down();
                             break;
                         }
                     }
@@ -123,11 +148,18 @@ impl PgNotifyListener {
         }
     }
 
-    fn set_down(&self) {
+    /// Marks the connection down; true if it was live (then consumers re-plan, and loggers
+    /// hear of it).
+    fn set_down(&self) -> bool {
         let was_live = !std::mem::take(&mut *lock(&self.live)).is_empty();
         if was_live {
             self.board.wake_all();
+            self.tell(
+                Level::Warn,
+                "LISTEN connection lost: idle consumers poll until it is back.",
+            );
         }
+        was_live
     }
 }
 

@@ -107,6 +107,12 @@ impl SqlDialect for Postgres {
         Ok(())
     }
 
+    fn watch(queue: &TableQueue<Self>, counters: &Arc<crate::stats::Counters>) {
+        if queue.config.use_notify {
+            queue.target.extra.listener.watch(counters);
+        }
+    }
+
     fn push_ready(queue: &TableQueue<Self>) -> bool {
         queue
             .target
