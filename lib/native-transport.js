@@ -10,6 +10,7 @@ const { native, nativeSync } = require('./errors');
 const { SettleTracker } = require('./settle-tracker');
 const { encodeEnvelope, decodeStored } = require('./envelope-codec');
 const { positiveNumber } = require('./option-checks');
+const { telemetryFor } = require('./telemetry');
 
 const DEFAULT_LIST_LIMIT = 100;
 const DEFAULT_HEALTH_TIMEOUT_MS = 2000;
@@ -32,17 +33,20 @@ class NativeTransport {
   #activeLoops = 0;
   #nextWaitId = 1;
   #poisonRemoved = 0;
+  #telemetry;
 
   /**
    * @param {object} queue the native queue (binding's NativeQueue)
-   * @param {{ serializer: import('@schally/nestjs-messenger').Serializer, name: string, label: string, ackMode: string }} identity
+   * @param {{ serializer: import('@schally/nestjs-messenger').Serializer, name: string, label: string, ackMode: string, messaging: { system: string, destination: string } }} identity
+   *   `messaging`: the OpenTelemetry `messaging.system` and `messaging.destination.name`
    */
-  constructor(queue, { serializer, name, label, ackMode }) {
+  constructor(queue, { serializer, name, label, ackMode, messaging }) {
     this.#queue = queue;
     this.#writeBehind = ackMode === 'write-behind';
     this.#serializer = serializer;
     this.#name = name;
     this.#label = label;
+    this.#telemetry = telemetryFor(messaging.system, messaging.destination);
   }
 
   /** Creates what the queue needs if missing (table and index, consumer group); always runs. */
@@ -59,7 +63,8 @@ class NativeTransport {
     // Queued synchronously (sends keep their call order); a message the storage is known to
     // refuse throws here, before anything is written.
     const sending = nativeSync(() => this.#queue.send(body, headers, delayMs));
-    const id = await this.#settles.track(native(sending));
+    const tracked = this.#settles.track(native(sending));
+    const id = await (this.#telemetry ? this.#telemetry.send(tracked) : tracked);
     return envelope.with(new TransportMessageIdStamp(id));
   }
 
@@ -78,6 +83,7 @@ class NativeTransport {
         const stored = this.#queue.take();
         if (stored === null) {
           await native(this.#queue.fill(waitId));
+          if (this.#telemetry) this.#telemetry.filled(this.#queue.stats());
           continue;
         }
         const envelope = decodeStored(this.#serializer, stored);
@@ -89,6 +95,7 @@ class NativeTransport {
           continue;
         }
         this.#settles.deliver(stored.id);
+        if (this.#telemetry) this.#telemetry.consumed();
         yield envelope.with(new ReceivedStamp(this.#name), new TransportMessageIdStamp(stored.id));
       }
     } finally {

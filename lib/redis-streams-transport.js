@@ -29,7 +29,8 @@ class RedisStreamsTransport extends NativeTransport {
         connectTimeoutMs: o.connectTimeoutMs,
       }),
     );
-    super(queue, { serializer: o.serializer, name: o.name, label: 'Redis', ackMode: o.ackMode });
+    const messaging = { system: 'redis', destination: o.stream };
+    super(queue, { serializer: o.serializer, name: o.name, label: 'Redis', ackMode: o.ackMode, messaging });
   }
 }
 

@@ -5,6 +5,7 @@ const { nativeSync } = require('./errors');
 const { resolveSqlOptions } = require('./sql-options');
 const { NativeTransport } = require('./native-transport');
 const { Outbox } = require('./outbox');
+const { sqlSystem } = require('./telemetry');
 
 /**
  * Drop-in for `@schally/nestjs-messenger-transport-sql`'s `SqlTransport` (PostgreSQL,
@@ -31,7 +32,8 @@ class SqlTransport extends NativeTransport {
         connectTimeoutMs: o.connectTimeoutMs,
       }),
     );
-    super(queue, { serializer: o.serializer, name: o.name, label: 'SQL', ackMode: o.ackMode });
+    const messaging = { system: sqlSystem(o.dialect), destination: o.queueName };
+    super(queue, { serializer: o.serializer, name: o.name, label: 'SQL', ackMode: o.ackMode, messaging });
     this.#options = o;
   }
 
