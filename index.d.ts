@@ -9,6 +9,13 @@ import type {
 
 /** Options of {@link SqlTransport}: upstream's, with the same defaults, plus `connectTimeoutMs`. */
 /** Counters of one transport instance (`transport.stats()`). */
+/** What the `logger` option takes: a NestJS `LoggerService` (or `Logger`) fits. */
+export interface TransportLogger {
+  log(message: string, context?: string): unknown;
+  warn(message: string, context?: string): unknown;
+  error(message: string, context?: string): unknown;
+}
+
 /** What `health()` found: `up` with the queue's message count and the probe's latency, or `down` with the error. */
 export interface TransportHealth {
   readonly status: 'up' | 'down';
@@ -88,6 +95,13 @@ export interface SqlTransportOptions {
    * delete is written.
    */
   readonly ackMode?: 'write-behind' | 'commit';
+  /**
+   * A NestJS `LoggerService`-shaped object. Without it the transport is silent; with it, it
+   * reports a lost and re-established connection (PostgreSQL's LISTEN connection included),
+   * failing write-behind acks, a server refusing the consumer (credentials), and each poison
+   * message removed (its id and type, never its body).
+   */
+  readonly logger?: TransportLogger;
 }
 
 /**
@@ -183,6 +197,13 @@ export interface RedisStreamsTransportOptions {
    * delete is written.
    */
   readonly ackMode?: 'write-behind' | 'commit';
+  /**
+   * A NestJS `LoggerService`-shaped object. Without it the transport is silent; with it, it
+   * reports a lost and re-established connection (PostgreSQL's LISTEN connection included),
+   * failing write-behind acks, a server refusing the consumer (credentials), and each poison
+   * message removed (its id and type, never its body).
+   */
+  readonly logger?: TransportLogger;
 }
 
 /**

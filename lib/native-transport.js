@@ -9,6 +9,7 @@ const {
 const { native, nativeSync } = require('./errors');
 const { SettleTracker } = require('./settle-tracker');
 const { encodeEnvelope, decodeStored } = require('./envelope-codec');
+const { EventLog } = require('./event-log');
 const { positiveNumber } = require('./option-checks');
 const { telemetryFor } = require('./telemetry');
 
@@ -34,19 +35,22 @@ class NativeTransport {
   #nextWaitId = 1;
   #poisonRemoved = 0;
   #telemetry;
+  /** The `logger` option's event log, when a logger was given. */
+  #events;
 
   /**
    * @param {object} queue the native queue (binding's NativeQueue)
    * @param {{ serializer: import('@schally/nestjs-messenger').Serializer, name: string, label: string, ackMode: string, messaging: { system: string, destination: string } }} identity
    *   `messaging`: the OpenTelemetry `messaging.system` and `messaging.destination.name`
    */
-  constructor(queue, { serializer, name, label, ackMode, messaging }) {
+  constructor(queue, { serializer, name, label, ackMode, messaging, logger }) {
     this.#queue = queue;
     this.#writeBehind = ackMode === 'write-behind';
     this.#serializer = serializer;
     this.#name = name;
     this.#label = label;
     this.#telemetry = telemetryFor(messaging.system, messaging.destination);
+    if (logger) this.#events = new EventLog(queue, logger, `${label} transport "${name}"`);
   }
 
   /** Creates what the queue needs if missing (table and index, consumer group); always runs. */
@@ -84,6 +88,7 @@ class NativeTransport {
         if (stored === null) {
           await native(this.#queue.fill(waitId));
           if (this.#telemetry) this.#telemetry.filled(this.#queue.stats());
+          this.#events?.drain();
           continue;
         }
         const envelope = decodeStored(this.#serializer, stored);
@@ -92,6 +97,7 @@ class NativeTransport {
           // cannot loop; get() goes on.
           await this.#settles.track(native(this.#queue.ack(stored.id)));
           this.#poisonRemoved += 1;
+          this.#events?.report('warn', `Removed a message that cannot be decoded (poison): id ${stored.id}, type ${typeOf(stored)}.`);
           continue;
         }
         this.#settles.deliver(stored.id);
@@ -230,6 +236,18 @@ class NativeTransport {
     this.#queue.beginClose();
     await this.#settles.drained();
     await native(this.#queue.close());
+    this.#events?.stop();
+  }
+}
+
+/** The stored message's type header (the core serializer's `X-Message-Type`), for a log line. */
+function typeOf(stored) {
+  try {
+    const headers = JSON.parse(stored.headers);
+    const type = headers?.['X-Message-Type'] ?? headers?.type;
+    return typeof type === 'string' ? JSON.stringify(type) : 'unknown';
+  } catch {
+    return 'unknown';
   }
 }
 

@@ -30,7 +30,7 @@ class RedisStreamsTransport extends NativeTransport {
       }),
     );
     const messaging = { system: 'redis', destination: o.stream };
-    super(queue, { serializer: o.serializer, name: o.name, label: 'Redis', ackMode: o.ackMode, messaging });
+    super(queue, { serializer: o.serializer, name: o.name, label: 'Redis', ackMode: o.ackMode, messaging, logger: o.logger });
   }
 }
 

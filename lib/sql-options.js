@@ -4,6 +4,7 @@ const { InvalidArgumentError, JsonSerializer } = require('@schally/nestjs-messen
 const { ackModeOf, nonNegativeNumber, positiveNumber, wellFormed } = require('./option-checks');
 const { checkSqlNames, sqlDialectOf } = require('./native');
 const { nativeSync } = require('./errors');
+const { loggerOf } = require('./event-log');
 
 /** Defaults, identical to `@schally/nestjs-messenger-transport-sql`'s. */
 const DEFAULTS = Object.freeze({
@@ -58,6 +59,7 @@ function resolveSqlOptions(options) {
     getNotifyTimeoutMs: nonNegativeNumber(options, DEFAULTS, 'getNotifyTimeoutMs'),
     connectTimeoutMs: positiveNumber(options, DEFAULTS, 'connectTimeoutMs'),
     ackMode: ackModeOf(options),
+    logger: loggerOf(options),
   };
 }
 

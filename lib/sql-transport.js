@@ -33,7 +33,7 @@ class SqlTransport extends NativeTransport {
       }),
     );
     const messaging = { system: sqlSystem(o.dialect), destination: o.queueName };
-    super(queue, { serializer: o.serializer, name: o.name, label: 'SQL', ackMode: o.ackMode, messaging });
+    super(queue, { serializer: o.serializer, name: o.name, label: 'SQL', ackMode: o.ackMode, messaging, logger: o.logger });
     this.#options = o;
   }
 

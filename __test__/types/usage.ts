@@ -52,8 +52,13 @@ const options: SqlTransportOptions = {
   useNotify: true,
   getNotifyTimeoutMs: 60_000,
   connectTimeoutMs: 5_000,
+  // Any LoggerService-shaped object (NestJS's Logger fits).
+  logger: { log: (message: string) => message, warn: () => undefined, error: (message: string, context?: string) => context },
 };
 const transport = new SqlTransport(options);
+
+// @ts-expect-error a logger needs log, warn and error
+new SqlTransport({ dsn: 'postgres://localhost/app', logger: { log: () => undefined } });
 
 // Only the dsn is required.
 const minimal: SqlTransport = new SqlTransport({ dsn: 'postgresql://localhost/app' });

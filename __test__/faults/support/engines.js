@@ -30,6 +30,7 @@ function transportOptions(engine, o) {
     ...(o.ackMode !== undefined && { ackMode: o.ackMode }),
     ...(o.connectTimeoutMs !== undefined && { connectTimeoutMs: o.connectTimeoutMs }),
     ...(o.pollIntervalMs !== undefined && { pollIntervalMs: o.pollIntervalMs }),
+    ...(o.logger !== undefined && { logger: o.logger }),
   };
   if (engine === 'redis') {
     return {
