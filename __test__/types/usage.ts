@@ -53,7 +53,7 @@ const options: SqlTransportOptions = {
   getNotifyTimeoutMs: 60_000,
   connectTimeoutMs: 5_000,
   // Any LoggerService-shaped object (NestJS's Logger fits).
-  logger: { log: (message: string) => message, warn: () => undefined, error: (message: string, context?: string) => context },
+  logger: { log: (message: string) => void message, warn: () => undefined, error: (_message: string, context?: string) => context },
 };
 const transport = new SqlTransport(options);
 
