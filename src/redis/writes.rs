@@ -77,6 +77,10 @@ impl RedisQueue {
         batch: &SendBatch,
     ) -> std::result::Result<Vec<String>, InsertFailure> {
         let mut conn = self.conn("send").await?;
+        // A redirect (MOVED, ASK, TRYAGAIN, CLUSTERDOWN: the slot is migrating) answers a command
+        // instead of running it: a batch of one command that got one was not applied and may be
+        // sent again. (A longer pipeline may have run its first commands before the key moved.)
+        let one_command = messages.len() == 1;
         let sent = |e: &redis::RedisError| {
             let error = self.err("send", e);
             if error.is_transient_connection() {
@@ -88,7 +92,8 @@ impl RedisQueue {
                         ),
                         ..error
                     },
-                    dropped: e.is_connection_dropped() && !e.is_timeout(),
+                    dropped: (e.is_connection_dropped() && !e.is_timeout())
+                        || (one_command && e.is_cluster_error()),
                 }
             } else {
                 error.into()
@@ -174,6 +179,20 @@ impl RedisQueue {
         conn: &mut super::connection::Conn,
         due: &[&NewMessage],
     ) -> redis::RedisResult<Vec<String>> {
+        if let [m] = due {
+            // One command, not a pipeline of one: the cluster client follows a redirect for a
+            // command by itself, while one for a pipeline may come back mid-migration.
+            let id: String = redis::cmd("XADD")
+                .arg(&self.config.stream)
+                .arg("*")
+                .arg("body")
+                .arg(&m.body)
+                .arg("headers")
+                .arg(&m.headers)
+                .query_async(conn)
+                .await?;
+            return Ok(vec![id]);
+        }
         let mut pipe = redis::pipe();
         for m in due {
             pipe.cmd("XADD")
