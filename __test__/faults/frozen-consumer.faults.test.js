@@ -13,10 +13,18 @@
 
 const fs = require('node:fs');
 const path = require('node:path');
+const { spawnSync } = require('node:child_process');
 const { uniqueQueue, makeTransport, residue } = require('./support/engines');
 const { forkChild, within } = require('./support/child-consumer');
 const { LoadRun, violations, summary, sleep } = require('./support/account');
 const { requireServer, sqlite } = require('../../bench/engines');
+
+/** Whether another process holds the SQLite file's write lock (a write cannot begin within 200 ms). */
+function writeLocked(dsn) {
+  const file = dsn.slice('sqlite://'.length);
+  const result = spawnSync('sqlite3', ['-bail', '-cmd', '.timeout 200', file, 'BEGIN IMMEDIATE; ROLLBACK;'], { encoding: 'utf8' });
+  return result.status !== 0 && /locked|busy/i.test(result.stderr);
+}
 
 const LEASE_MS = 1000;
 const FROZEN_MS = 3 * LEASE_MS;
@@ -75,6 +83,14 @@ describe.each(Object.keys(SERVERS))('%s: a consumer frozen past its lease settle
 
       // Frozen: its claims lapse; the survivor takes over what it held and handles everything.
       state.child.kill('SIGSTOP');
+      // SQLite: a process frozen inside a write (a renewal, a claim) holds the file's write lock,
+      // and nobody can write until it thaws: that is SQLite, not this scenario. Freeze again,
+      // after a moment's thaw, until the freeze lands outside a write.
+      for (let attempt = 0; engine === 'sqlite' && attempt < 10 && writeLocked(dsn); attempt += 1) {
+        state.child.kill('SIGCONT');
+        await sleep(20);
+        state.child.kill('SIGSTOP');
+      }
       const frozenAt = Date.now();
       run.startConsumers();
       while (Date.now() - frozenAt < FROZEN_MS || !run.deliveries.some((d) => d.key === holding.key)) {

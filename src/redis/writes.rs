@@ -26,7 +26,8 @@ const SENT_MARKER_TTL_MS: u64 = 60_000;
 /// lost then stores nothing twice: the script finds the marker, the delayed members exist.
 pub(super) struct SendBatch {
     marker: Option<String>,
-    nonces: Vec<String>,
+    /// Per message: its nonce if it is delayed (due ones need none: the marker covers them).
+    nonces: Vec<Option<String>>,
 }
 
 impl SendBatch {
@@ -41,7 +42,7 @@ impl SendBatch {
         };
         let nonces = messages
             .iter()
-            .map(|_| uuid::Uuid::new_v4().to_string())
+            .map(|m| (m.delay_ms > 0.0).then(|| uuid::Uuid::new_v4().to_string()))
             .collect();
         Self { marker, nonces }
     }
@@ -115,18 +116,19 @@ impl RedisQueue {
             }
         }
         for (i, m) in messages.iter().enumerate() {
-            if m.delay_ms > 0.0 {
-                let nonce = &batch.nonces[i];
-                let member = self.delayed_member(nonce, &m.body, &m.headers)?;
-                ADD_DELAYED
-                    .key(&self.config.delay_key)
-                    .arg(m.delay_ms.ceil() as u64)
-                    .arg(member)
-                    .invoke_async::<i64>(&mut conn)
-                    .await
-                    .map_err(|e| sent(&e))?;
-                ids[i] = Some(nonce.clone());
-            }
+            // Only delayed messages have a nonce.
+            let Some(nonce) = batch.nonces[i].as_deref() else {
+                continue;
+            };
+            let member = self.delayed_member(nonce, &m.body, &m.headers)?;
+            ADD_DELAYED
+                .key(&self.config.delay_key)
+                .arg(m.delay_ms.ceil() as u64)
+                .arg(member)
+                .invoke_async::<i64>(&mut conn)
+                .await
+                .map_err(|e| sent(&e))?;
+            ids[i] = Some(nonce.to_owned());
         }
         Ok(ids.into_iter().map(Option::unwrap_or_default).collect())
     }
