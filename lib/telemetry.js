@@ -32,15 +32,15 @@ function meterInstruments() {
   const meter = api.metrics.getMeter('nestjs-messenger-native', version);
   return {
     sent: meter.createCounter('messaging.client.sent.messages', {
-      description: 'Number of messages producer attempted to send to the broker.',
+      description: 'Messages this process sent (stored or failed).',
       unit: '{message}',
     }),
     consumed: meter.createCounter('messaging.client.consumed.messages', {
-      description: 'Number of messages that were delivered to the application.',
+      description: 'Messages this process handed to its handlers.',
       unit: '{message}',
     }),
     duration: meter.createHistogram('messaging.client.operation.duration', {
-      description: 'Duration of messaging operation initiated by a producer or consumer client.',
+      description: 'How long a send (until settled) or a claim (its statement) took.',
       unit: 's',
       advice: { explicitBucketBoundaries: DURATION_BUCKETS },
     }),
