@@ -20,7 +20,7 @@ const { settleWithin, sleep } = require('./support/account');
 const LEASE_MS = 2000;
 /**
  * How soon the rows of a claim whose reply was lost are delivered again. SQL: at the lease.
- * Redis: the consumer re-reads its own pending entries, usually within 0.2 s; when the cut read
+ * Redis: the consumer re-reads its own pending entries, usually within 0.2 s; likely when the cut read
  * went over the shared command connection, that connection's reconnect comes first (its backoff
  * is capped at 2 s: 2.0 s seen once in CI). Either way far short of the lease (claimIdleMs).
  */
