@@ -1,7 +1,7 @@
 //! The napi functions behind the CLI: plain objects in, plain objects out. Kept out of
 //! `cargo test` like the other exports (the test binary has no Node to link against).
 
-use super::{checks::Report, stats::Stats, DoctorRequest, StatsRequest};
+use super::{checks::Report, stats::Stats, Target};
 use std::time::Duration;
 
 /// The transports' default connect timeout.
@@ -68,7 +68,7 @@ impl From<Report> for DoctorReport {
 /// Never rejects for a failed check: failures are checks of the report.
 #[napi]
 pub async fn doctor(options: DoctorOptions) -> napi::Result<DoctorReport> {
-    let request = DoctorRequest {
+    let target = Target {
         dsn: options.dsn,
         table: options.table,
         queue: options.queue,
@@ -78,7 +78,7 @@ pub async fn doctor(options: DoctorOptions) -> napi::Result<DoctorReport> {
         cluster: options.cluster.unwrap_or(false),
         connect_timeout: connect_timeout(options.connect_timeout_ms)?,
     };
-    Ok(super::doctor(&request).await.into())
+    Ok(super::doctor(&target).await.into())
 }
 
 /// What `stats` samples; `cursor` is the previous sample's, for `added`.
@@ -137,7 +137,7 @@ impl From<Stats> for StatsSample {
 /// One read-only sample of a table's queues or a stream's groups.
 #[napi]
 pub async fn queue_stats(options: StatsOptions) -> napi::Result<StatsSample> {
-    let request = StatsRequest {
+    let target = Target {
         dsn: options.dsn,
         table: options.table,
         queue: options.queue,
@@ -145,8 +145,9 @@ pub async fn queue_stats(options: StatsOptions) -> napi::Result<StatsSample> {
         group: options.group,
         delay_key: options.delay_key,
         cluster: options.cluster.unwrap_or(false),
-        cursor: options.cursor,
         connect_timeout: connect_timeout(options.connect_timeout_ms)?,
     };
-    Ok(super::stats(&request).await?.into())
+    Ok(super::stats(&target, options.cursor.as_deref())
+        .await?
+        .into())
 }

@@ -23,9 +23,9 @@ use crate::dsn::{parse_redis_dsn, parse_sql_dsn};
 use checks::Report;
 use std::time::Duration;
 
-/// What `doctor` is asked to look at. Unset names take the transports' defaults.
+/// What `doctor` looks at and `stats` samples. Unset names take the transports' defaults.
 #[derive(Debug, Clone, Default)]
-pub struct DoctorRequest {
+pub struct Target {
     pub dsn: String,
     pub table: Option<String>,
     /// A queue of the table whose name is checked and whose messages are counted.
@@ -49,7 +49,7 @@ fn is_redis(dsn: &str) -> bool {
 }
 
 /// Runs every check that applies to the DSN's engine; never fails (a failure is a check).
-pub async fn doctor(request: &DoctorRequest) -> Report {
+pub async fn doctor(request: &Target) -> Report {
     if is_redis(&request.dsn) {
         let dsn = match parse_redis_dsn(&request.dsn) {
             Ok(dsn) => dsn,
@@ -125,23 +125,9 @@ fn invalid_dsn(err: crate::error::Error) -> Report {
     report
 }
 
-/// What `stats` is asked to sample.
-#[derive(Debug, Clone, Default)]
-pub struct StatsRequest {
-    pub dsn: String,
-    pub table: Option<String>,
-    pub queue: Option<String>,
-    pub stream: Option<String>,
-    pub group: Option<String>,
-    pub delay_key: Option<String>,
-    pub cluster: bool,
-    /// The previous sample's cursor, for `added`.
-    pub cursor: Option<String>,
-    pub connect_timeout: Duration,
-}
-
-/// One sample of the DSN's queues or stream groups.
-pub async fn stats(request: &StatsRequest) -> crate::error::Result<stats::Stats> {
+/// One sample of the DSN's queues or stream groups; `cursor` is the previous sample's, for
+/// `added`.
+pub async fn stats(request: &Target, cursor: Option<&str>) -> crate::error::Result<stats::Stats> {
     if is_redis(&request.dsn) {
         let dsn = parse_redis_dsn(&request.dsn)?;
         let Some(stream) = request.stream.as_deref() else {
@@ -158,7 +144,7 @@ pub async fn stats(request: &StatsRequest) -> crate::error::Result<stats::Stats>
                 .delay_key
                 .clone()
                 .unwrap_or_else(|| format!("{stream}:delayed")),
-            cursor: request.cursor.as_deref(),
+            cursor,
             connect_timeout: request.connect_timeout,
         })
         .await
@@ -168,7 +154,7 @@ pub async fn stats(request: &StatsRequest) -> crate::error::Result<stats::Stats>
             dsn: &dsn,
             table: request.table.as_deref().unwrap_or(DEFAULT_TABLE),
             queue: request.queue.as_deref(),
-            cursor: request.cursor.as_deref(),
+            cursor,
             connect_timeout: request.connect_timeout,
         })
         .await
@@ -189,7 +175,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_bad_dsn_is_one_failed_check_without_its_password() {
-        let report = doctor(&DoctorRequest {
+        let report = doctor(&Target {
             dsn: "ftp://u:hunter2@h/x".to_owned(),
             ..Default::default()
         })
