@@ -14,27 +14,69 @@ use tokio::sync::oneshot;
 type Reply<R> = oneshot::Sender<Result<R>>;
 type FlushFn<T, R> = dyn Fn(Vec<T>) -> BoxFuture<'static, Result<Vec<R>>> + Send + Sync;
 
+/// How much one flush may carry: at most `items` requests, and at most `bytes` by `weigh`
+/// (a request alone over it is flushed alone).
+pub struct BatchBound<T> {
+    pub items: usize,
+    pub bytes: usize,
+    pub weigh: fn(&T) -> usize,
+}
+
+// By hand: derived ones would ask `T: Copy`, and only the bound is copied, never a request.
+impl<T> Clone for BatchBound<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for BatchBound<T> {}
+
+impl<T> BatchBound<T> {
+    /// At most `items` requests, whatever their size.
+    pub fn items(items: usize) -> Self {
+        Self {
+            items,
+            bytes: usize::MAX,
+            weigh: |_| 0,
+        }
+    }
+
+    /// How many of `queued` (in order) the next flush takes: at least one.
+    fn take<X>(&self, queued: &[(T, X)]) -> usize {
+        let mut bytes = 0usize;
+        let mut take = 0;
+        for (item, _) in queued.iter().take(self.items.max(1)) {
+            bytes = bytes.saturating_add((self.weigh)(item));
+            if take > 0 && bytes > self.bytes {
+                break;
+            }
+            take += 1;
+        }
+        take
+    }
+}
+
 struct Shared<T, R> {
     queued: Vec<(T, Reply<R>)>,
     flushing: bool,
 }
 
-/// Coalesces requests of type `T` answered by `R`, at most `max_batch` per flush.
+/// Coalesces requests of type `T` answered by `R`, at most `bound` per flush.
 pub struct Coalescer<T, R> {
     flush: Arc<FlushFn<T, R>>,
-    max_batch: usize,
+    bound: BatchBound<T>,
     shared: Arc<Mutex<Shared<T, R>>>,
 }
 
 impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
     /// `flush` receives a batch and must answer one result per item, in order.
     pub fn new(
-        max_batch: usize,
+        bound: BatchBound<T>,
         flush: impl Fn(Vec<T>) -> BoxFuture<'static, Result<Vec<R>>> + Send + Sync + 'static,
     ) -> Self {
         Self {
             flush: Arc::new(flush),
-            max_batch: max_batch.max(1),
+            bound,
             shared: Arc::new(Mutex::new(Shared {
                 queued: Vec::new(),
                 flushing: false,
@@ -57,7 +99,7 @@ impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
         lock(&self.shared).queued.push((item, reply));
         let shared = self.shared.clone();
         let flush = self.flush.clone();
-        let max_batch = self.max_batch;
+        let bound = self.bound;
         Ok(async move {
             let lead = {
                 let mut s = lock(&shared);
@@ -70,10 +112,10 @@ impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
                 let mut guard = Leader {
                     shared,
                     flush,
-                    max_batch,
+                    bound,
                     finished: false,
                 };
-                lead_flushes(&guard.shared, guard.flush.as_ref(), max_batch).await;
+                lead_flushes(&guard.shared, guard.flush.as_ref(), bound).await;
                 guard.finished = true;
             }
             match answer.try_recv() {
@@ -94,7 +136,7 @@ impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
 struct Leader<T: Send + 'static, R: Send + 'static> {
     shared: Arc<Mutex<Shared<T, R>>>,
     flush: Arc<FlushFn<T, R>>,
-    max_batch: usize,
+    bound: BatchBound<T>,
     finished: bool,
 }
 
@@ -103,11 +145,10 @@ impl<T: Send + 'static, R: Send + 'static> Drop for Leader<T, R> {
         if self.finished {
             return;
         }
-        let (shared, flush, max_batch) = (self.shared.clone(), self.flush.clone(), self.max_batch);
+        let (shared, flush, bound) = (self.shared.clone(), self.flush.clone(), self.bound);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime
-                    .spawn(async move { lead_flushes(&shared, flush.as_ref(), max_batch).await });
+                runtime.spawn(async move { lead_flushes(&shared, flush.as_ref(), bound).await });
             }
             Err(_) => lock(&shared).flushing = false,
         }
@@ -120,7 +161,11 @@ fn lock<T, R>(shared: &Mutex<Shared<T, R>>) -> std::sync::MutexGuard<'_, Shared<
 
 /// Flushes batch after batch until nothing is queued, then gives up the lead (under the same
 /// lock that enqueuers take, so no request is left without a leader).
-async fn lead_flushes<T, R>(shared: &Mutex<Shared<T, R>>, flush: &FlushFn<T, R>, max_batch: usize) {
+async fn lead_flushes<T, R>(
+    shared: &Mutex<Shared<T, R>>,
+    flush: &FlushFn<T, R>,
+    bound: BatchBound<T>,
+) {
     loop {
         let batch: Vec<(T, Reply<R>)> = {
             let mut s = lock(shared);
@@ -128,7 +173,7 @@ async fn lead_flushes<T, R>(shared: &Mutex<Shared<T, R>>, flush: &FlushFn<T, R>,
                 s.flushing = false;
                 return;
             }
-            let take = s.queued.len().min(max_batch);
+            let take = bound.take(&s.queued);
             s.queued.drain(..take).collect()
         };
         let (items, replies): (Vec<T>, Vec<Reply<R>>) = batch.into_iter().unzip();
@@ -167,13 +212,16 @@ mod tests {
     async fn concurrent_requests_share_flushes_and_keep_their_order() {
         let flushes = Arc::new(AtomicUsize::new(0));
         let counter = flushes.clone();
-        let coalescer = Arc::new(Coalescer::new(1000, move |items: Vec<u32>| {
-            counter.fetch_add(1, Ordering::SeqCst);
-            Box::pin(async move {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                Ok(items.into_iter().map(|i| i * 2).collect())
-            }) as BoxFuture<'static, Result<Vec<u32>>>
-        }));
+        let coalescer = Arc::new(Coalescer::new(
+            BatchBound::items(1000),
+            move |items: Vec<u32>| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Box::pin(async move {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    Ok(items.into_iter().map(|i| i * 2).collect())
+                }) as BoxFuture<'static, Result<Vec<u32>>>
+            },
+        ));
         let tasks: Vec<_> = (0..100u32)
             .map(|i| {
                 let c = coalescer.clone();
@@ -192,7 +240,7 @@ mod tests {
     async fn enqueued_requests_keep_their_call_order_within_a_batch() {
         let batches = Arc::new(Mutex::new(Vec::new()));
         let seen = batches.clone();
-        let coalescer = Coalescer::new(1000, move |items: Vec<u32>| {
+        let coalescer = Coalescer::new(BatchBound::items(1000), move |items: Vec<u32>| {
             seen.lock().unwrap().push(items.clone());
             Box::pin(async move { Ok(items) }) as BoxFuture<'static, Result<Vec<u32>>>
         });
@@ -209,7 +257,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_flush_fails_each_request_of_its_batch() {
-        let coalescer = Coalescer::new(10, |_items: Vec<u32>| {
+        let coalescer = Coalescer::new(BatchBound::items(10), |_items: Vec<u32>| {
             Box::pin(async { Err(Error::connection("down")) })
                 as BoxFuture<'static, Result<Vec<u32>>>
         });
@@ -219,12 +267,38 @@ mod tests {
 
     #[tokio::test]
     async fn a_dropped_waiter_does_not_strand_the_others() {
-        let coalescer = Coalescer::new(10, |items: Vec<u32>| {
+        let coalescer = Coalescer::new(BatchBound::items(10), |items: Vec<u32>| {
             Box::pin(async move { Ok(items) }) as BoxFuture<'static, Result<Vec<u32>>>
         });
         let first = coalescer.enqueue(1).unwrap();
         let second = coalescer.enqueue(2).unwrap();
         drop(first);
         assert_eq!(second.await.unwrap(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_flush_carries_at_most_its_bytes_and_a_large_request_goes_alone() {
+        let batches = Arc::new(Mutex::new(Vec::new()));
+        let seen = batches.clone();
+        let bound = BatchBound {
+            items: 100,
+            bytes: 10,
+            weigh: |item: &u32| *item as usize,
+        };
+        let coalescer = Coalescer::new(bound, move |items: Vec<u32>| {
+            seen.lock().unwrap().push(items.clone());
+            Box::pin(async move { Ok(items) }) as BoxFuture<'static, Result<Vec<u32>>>
+        });
+        let waits: Vec<_> = [4, 4, 4, 30, 1, 2]
+            .into_iter()
+            .map(|i| coalescer.enqueue(i).unwrap())
+            .collect();
+        for wait in waits {
+            wait.await.unwrap();
+        }
+        assert_eq!(
+            *batches.lock().unwrap(),
+            vec![vec![4, 4], vec![4], vec![30], vec![1, 2]]
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! buffer that JS drains with a sync call, batch claims sized to the consumer, idle waits,
 //! coalesced acks and sends, memoized setup, and the close sequence.
 
-use crate::batch::Coalescer;
+use crate::batch::{BatchBound, Coalescer};
 use crate::engine::{Engine, NewMessage, StoredMessage};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::Fence;
@@ -32,6 +32,13 @@ const MIN_RENEW_PERIOD: Duration = Duration::from_millis(20);
 const ACK_FLUSH_PATIENCE: Duration = Duration::from_secs(5);
 /// Largest batch one ack or send statement carries.
 const MAX_WRITE_BATCH: usize = 1000;
+/// What one send statement carries: also at most about `MAX_BATCH_BYTES` of message, so that
+/// concurrent large sends do not make one statement the size of all of them.
+const SEND_BOUND: BatchBound<NewMessage> = BatchBound {
+    items: MAX_WRITE_BATCH,
+    bytes: MAX_BATCH_BYTES,
+    weigh: |m| m.body.len() + m.headers.len(),
+};
 
 pub struct Queue {
     engine: Arc<dyn Engine>,
@@ -125,15 +132,18 @@ impl Queue {
         engine.attach_counters(counters.clone());
         let send_counters = counters.clone();
         Self {
-            acks: Coalescer::new(MAX_WRITE_BATCH, move |ids: Vec<String>| {
-                let (engine, fence) = (ack_engine.clone(), ack_fence.clone());
-                Box::pin(async move {
-                    let count = ids.len();
-                    fence.delete(&*engine, ids).await?;
-                    Ok(vec![(); count])
-                }) as BoxFuture<'static, Result<Vec<()>>>
-            }),
-            sends: Coalescer::new(MAX_WRITE_BATCH, move |messages: Vec<NewMessage>| {
+            acks: Coalescer::new(
+                BatchBound::items(MAX_WRITE_BATCH),
+                move |ids: Vec<String>| {
+                    let (engine, fence) = (ack_engine.clone(), ack_fence.clone());
+                    Box::pin(async move {
+                        let count = ids.len();
+                        fence.delete(&*engine, ids).await?;
+                        Ok(vec![(); count])
+                    }) as BoxFuture<'static, Result<Vec<()>>>
+                },
+            ),
+            sends: Coalescer::new(SEND_BOUND, move |messages: Vec<NewMessage>| {
                 let engine = send_engine.clone();
                 let setup = send_setup.clone();
                 let wake = send_wake.clone();
