@@ -22,6 +22,7 @@ pub mod redis;
 pub mod sql;
 pub mod stats;
 pub mod targets;
+pub mod tcp_keepalive;
 pub mod wake;
 pub mod write_behind;
 

@@ -9,7 +9,7 @@ use redis::aio::{
 };
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::io::tcp::{socket2, TcpSettings};
+use redis::io::tcp::TcpSettings;
 use redis::{
     AsyncConnectionConfig, Client, Cmd, IntoConnectionInfo, Pipeline, RedisFuture, TlsCertificates,
     Value,
@@ -73,21 +73,14 @@ pub struct ConnectOptions {
     pub connect_timeout: Duration,
 }
 
-/// TCP settings of every connection: keepalive probes so that a peer that went silent (a
-/// dropped NAT entry, a host gone without a reset) is noticed within about 30 s even on an
-/// idle or blocked connection, and `TCP_USER_TIMEOUT` so that unacknowledged writes fail
-/// within the same bound instead of retransmitting for minutes.
+/// TCP settings of every connection: no Nagle delay, and keepalive and a user timeout (see
+/// `crate::tcp_keepalive`).
 fn tcp_settings() -> TcpSettings {
-    let keepalive = socket2::TcpKeepalive::new()
-        .with_time(Duration::from_secs(15))
-        .with_interval(Duration::from_secs(5));
-    #[cfg(any(target_os = "linux", target_os = "macos", target_os = "windows"))]
-    let keepalive = keepalive.with_retries(3);
     let settings = TcpSettings::default()
         .set_nodelay(true)
-        .set_keepalive(keepalive);
+        .set_keepalive(crate::tcp_keepalive::keepalive());
     #[cfg(target_os = "linux")]
-    let settings = settings.set_user_timeout(Duration::from_secs(30));
+    let settings = settings.set_user_timeout(crate::tcp_keepalive::USER_TIMEOUT);
     settings
 }
 

@@ -7,6 +7,7 @@
 //! Methods that run statements make one attempt and return the driver's error: the table
 //! queue decides what is retried and how the error is reported.
 
+use super::claim_doubt::ClaimAttempt;
 use super::driver::{Driver, SqlResult};
 use super::errors::Failure;
 use super::ids::{held_condition, HeldRow};
@@ -150,8 +151,26 @@ pub trait SqlDialect: Sized + Send + Sync + 'static {
         messages: Vec<NewMessage>,
     ) -> BoxFuture<'_, Result<Vec<String>>>;
 
-    /// Claims up to `limit` due rows, oldest first, each with its claim's token.
-    fn claim(queue: &TableQueue<Self>, limit: u32) -> BoxFuture<'_, SqlResult<Vec<StoredMessage>>>;
+    /// Claims up to `limit` due rows, oldest first, each with its claim's token, noting in
+    /// `attempt` what identifies them should the reply be lost (see [`super::claim_doubt`]).
+    fn claim<'a>(
+        queue: &'a TableQueue<Self>,
+        limit: u32,
+        attempt: &'a ClaimAttempt,
+    ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>>;
+
+    /// Releases the rows a claim whose reply was lost may have taken: by default those it
+    /// noted ([`ClaimAttempt::hold`]) while their claim is still its.
+    fn release_in_doubt<'a>(
+        queue: &'a TableQueue<Self>,
+        attempt: &'a ClaimAttempt,
+    ) -> BoxFuture<'a, SqlResult<()>> {
+        let rows = attempt.held();
+        if rows.is_empty() {
+            return Box::pin(async { Ok(()) });
+        }
+        Self::release(queue, held_condition(&rows, Self::TOKEN_OF))
+    }
 
     /// Atomically replaces row `id` by `copy`; `None` if it was gone, or if `token` is given
     /// and the row's claim is no longer that one.

@@ -7,6 +7,7 @@
 //! Adding a dialect: a folder implementing [`SqlDialect`], and one line in [`open_engine`]
 //! and [`facts_of`] (its DSN schemes go in `crate::dsn`).
 
+mod claim_doubt;
 mod dialect;
 mod driver;
 mod errors;

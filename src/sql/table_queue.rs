@@ -3,8 +3,9 @@
 //! dialect (first contact, retries, error reporting, id parsing, list, find, count, leases,
 //! releases, idle waits, shutdown) and hands the dialect only what is its own.
 
+use super::claim_doubt::{may_have_committed, InDoubt};
 use super::dialect::{SqlDialect, TableStatements};
-use super::driver::{Driver, Param};
+use super::driver::{Driver, Param, SqlResult};
 use super::ids::{held_condition, held_rows, row_id, HeldRow};
 use super::retry::with_transient_retry;
 use super::target::SqlTarget;
@@ -37,6 +38,8 @@ pub struct TableQueue<D: SqlDialect> {
     pub sql: D::Statements,
     shared_sql: TableStatements,
     wake: Arc<WakeSignal>,
+    /// Claims whose reply was lost: their rows are released before the next claim.
+    in_doubt: InDoubt,
 }
 
 impl<D: SqlDialect> TableQueue<D> {
@@ -51,6 +54,7 @@ impl<D: SqlDialect> TableQueue<D> {
             sql,
             shared_sql,
             wake,
+            in_doubt: InDoubt::default(),
         })
     }
 
@@ -87,6 +91,29 @@ impl<D: SqlDialect> TableQueue<D> {
                     D::FACTS.label,
                     self.response_bound().as_millis()
                 )))
+            }
+        }
+    }
+
+    /// One claim attempt, after releasing the rows of earlier ones whose reply was lost. An
+    /// attempt that failed without an answer (or was dropped at its bound) stays in doubt.
+    async fn claim_once(&self, limit: u32) -> SqlResult<Vec<StoredMessage>> {
+        self.release_in_doubt().await;
+        let attempt = self.in_doubt.begin();
+        let result = D::claim(self, limit, &attempt).await;
+        match &result {
+            Err(err) if may_have_committed(err, D::classify(err)) => {}
+            _ => self.in_doubt.settled(&attempt),
+        }
+        result
+    }
+
+    /// Best effort: a release that fails is tried again by the next claim (the rows come
+    /// back at their lease at the latest).
+    async fn release_in_doubt(&self) {
+        for attempt in self.in_doubt.pending(self.claim_lease()) {
+            if D::release_in_doubt(self, &attempt).await.is_ok() {
+                self.in_doubt.settled(&attempt);
             }
         }
     }
@@ -145,6 +172,9 @@ impl<D: SqlDialect> TableQueue<D> {
 /// socket) must not hold a send, a claim, a release or `close()` for ever.
 const STATEMENT_BOUND: Duration = Duration::from_secs(10);
 
+/// How long `close()` tries to release the rows of claims whose reply was lost.
+const SHUTDOWN_RELEASE_BOUND: Duration = Duration::from_secs(2);
+
 /// Shortest idle wait: due rows that SKIP LOCKED skipped are re-tried this soon.
 const MIN_IDLE_WAIT: Duration = Duration::from_millis(10);
 
@@ -182,7 +212,7 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
     fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
         Box::pin(self.bounded("claim", None, async move {
             self.ready("claim").await?;
-            with_transient_retry(D::classify, || D::claim(self, limit))
+            with_transient_retry(D::classify, || self.claim_once(limit))
                 .await
                 .map_err(|e| self.err("claim", e))
         }))
@@ -331,6 +361,11 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
-        Box::pin(self.target.leave())
+        Box::pin(async move {
+            // A last chance for rows a lost claim took, within a short bound: a server that
+            // is still away leaves them to their lease.
+            let _ = tokio::time::timeout(SHUTDOWN_RELEASE_BOUND, self.release_in_doubt()).await;
+            self.target.leave().await
+        })
     }
 }

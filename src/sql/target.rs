@@ -190,6 +190,35 @@ pub fn server_pool_options<DB: Database>(connect_timeout: Duration) -> PoolOptio
         .idle_timeout(Duration::from_secs(60))
 }
 
+/// Where a server dialect's connections go, for their TCP keepalive.
+#[derive(Debug, Clone)]
+pub struct ServerAddress {
+    pub host: String,
+    pub port: u16,
+}
+
+/// `options` with an `after_connect` hook that gives each new connection TCP keepalive (see
+/// `crate::tcp_keepalive`) and then runs the dialect's session setup, if any.
+pub fn with_keepalive<DB: Database>(
+    options: PoolOptions<DB>,
+    server: ServerAddress,
+    session_setup: Option<&'static str>,
+) -> PoolOptions<DB>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    options.after_connect(move |conn, _meta| {
+        let server = server.clone();
+        Box::pin(async move {
+            crate::tcp_keepalive::keep_alive_sockets_to(&server.host, server.port).await;
+            if let Some(sql) = session_setup {
+                sqlx::Executor::execute(&mut *conn, sql).await?;
+            }
+            Ok(())
+        })
+    })
+}
+
 /// An "Invalid SQL DSN" error that shows the DSN only in its redacted form.
 pub fn invalid_dsn(dsn: &SqlDsn, cause: impl std::fmt::Display) -> Error {
     Error::connection(format!("Invalid SQL DSN \"{}\": {cause}", dsn.redacted))

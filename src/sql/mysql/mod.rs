@@ -11,6 +11,7 @@ mod version;
 use crate::dsn::SqlDsn;
 use crate::engine::{Held, NewMessage, StoredMessage};
 use crate::error::Result;
+use crate::sql::claim_doubt::ClaimAttempt;
 use crate::sql::dialect::{
     DialectConnection, DialectFacts, OpenedTarget, SqlDialect, TableStatements,
 };
@@ -19,7 +20,9 @@ use crate::sql::errors::Failure;
 use crate::sql::ids::{held_condition, id_list, HeldRow};
 use crate::sql::retry::with_rollback_retry;
 use crate::sql::table_queue::TableQueue;
-use crate::sql::target::{invalid_dsn, server_pool_options, SqlTarget};
+use crate::sql::target::{
+    invalid_dsn, server_pool_options, with_keepalive, ServerAddress, SqlTarget,
+};
 use crate::targets::Targets;
 use crate::wake::WakeBoard;
 use futures_util::future::BoxFuture;
@@ -72,23 +75,21 @@ impl SqlDialect for MySql {
             .no_engine_substitution(false)
             .charset("utf8mb4")
             .disable_statement_logging();
-        let pool = server_pool_options(connect_timeout)
-            // READ COMMITTED: a claim's UPDATE … WHERE id IN (…) may scan the primary key;
-            // under REPEATABLE READ that locks every row it passes (other queues, rows being
-            // inserted by other sessions) until commit, stalling claims and deadlocking sends.
-            // Under READ COMMITTED rows that do not match are not locked. (The time zone is
-            // left alone: see the module doc.)
-            .after_connect(|conn, _meta| {
-                Box::pin(async move {
-                    sqlx::Executor::execute(
-                        &mut *conn,
-                        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-                    )
-                    .await
-                    .map(|_| ())
-                })
-            })
-            .connect_lazy_with(options.clone());
+        let server = ServerAddress {
+            host: options.get_host().to_owned(),
+            port: options.get_port(),
+        };
+        // READ COMMITTED: a claim's UPDATE … WHERE id IN (…) may scan the primary key; under
+        // REPEATABLE READ that locks every row it passes (other queues, rows being inserted by
+        // other sessions) until commit, stalling claims and deadlocking sends. Under READ
+        // COMMITTED rows that do not match are not locked. (The time zone is left alone: see
+        // the module doc.)
+        let pool = with_keepalive(
+            server_pool_options(connect_timeout),
+            server,
+            Some("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"),
+        )
+        .connect_lazy_with(options.clone());
         Ok(OpenedTarget {
             pool,
             probe: Some(options),
@@ -163,7 +164,11 @@ impl SqlDialect for MySql {
     }
 
     /// One claim transaction: lock a batch with SKIP LOCKED, mark it delivered, commit.
-    fn claim(queue: &TableQueue<Self>, limit: u32) -> BoxFuture<'_, SqlResult<Vec<StoredMessage>>> {
+    fn claim<'a>(
+        queue: &'a TableQueue<Self>,
+        limit: u32,
+        attempt: &'a ClaimAttempt,
+    ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>> {
         Box::pin(async move {
             let mut tx = queue.target.pool.begin().await?;
             let rows = sqlx::query(&queue.sql.claim_select)
@@ -178,6 +183,15 @@ impl SqlDialect for MySql {
                 .collect::<SqlResult<Vec<_>>>()?;
             if let Some(token) = claimed.first().and_then(|m| m.token) {
                 let ids: Vec<i64> = claimed.iter().filter_map(|m| m.id.parse().ok()).collect();
+                // Known before the COMMIT whose reply may be lost: what to release then.
+                attempt.hold(
+                    ids.iter()
+                        .map(|&id| HeldRow {
+                            id,
+                            token: Some(token),
+                        })
+                        .collect(),
+                );
                 let sql = queue.sql.mark_delivered(token, &ids);
                 sqlx::query(&sql)
                     .persistent(false)

@@ -9,6 +9,7 @@ mod statements;
 use crate::dsn::SqlDsn;
 use crate::engine::{Held, NewMessage, StoredMessage};
 use crate::error::Result;
+use crate::sql::claim_doubt::ClaimAttempt;
 use crate::sql::dialect::{
     renew_returning, DialectFacts, OpenedTarget, SqlDialect, TableStatements,
 };
@@ -17,7 +18,9 @@ use crate::sql::errors::Failure;
 use crate::sql::ids::HeldRow;
 use crate::sql::retry::with_rollback_retry;
 use crate::sql::table_queue::TableQueue;
-use crate::sql::target::{invalid_dsn, server_pool_options, SqlTarget};
+use crate::sql::target::{
+    invalid_dsn, server_pool_options, with_keepalive, ServerAddress, SqlTarget,
+};
 use crate::targets::Targets;
 use crate::wake::WakeBoard;
 use futures_util::future::BoxFuture;
@@ -64,13 +67,22 @@ impl SqlDialect for Postgres {
         let options = PgConnectOptions::from_str(&dsn.driver_url)
             .map_err(|e| invalid_dsn(dsn, e))?
             .disable_statement_logging();
-        let pool = server_pool_options(connect_timeout).connect_lazy_with(options.clone());
-        let listener_pool = PgPoolOptions::new()
-            .max_connections(1)
-            .test_before_acquire(false)
-            .acquire_timeout(connect_timeout)
-            .idle_timeout(None)
+        let server = ServerAddress {
+            host: options.get_host().to_owned(),
+            port: options.get_port(),
+        };
+        let pool = with_keepalive(server_pool_options(connect_timeout), server.clone(), None)
             .connect_lazy_with(options.clone());
+        let listener_pool = with_keepalive(
+            PgPoolOptions::new()
+                .max_connections(1)
+                .test_before_acquire(false)
+                .acquire_timeout(connect_timeout)
+                .idle_timeout(None),
+            server,
+            None,
+        )
+        .connect_lazy_with(options.clone());
         Ok(OpenedTarget {
             pool,
             probe: Some(options),
@@ -161,15 +173,38 @@ impl SqlDialect for Postgres {
         })
     }
 
-    fn claim(queue: &TableQueue<Self>, limit: u32) -> BoxFuture<'_, SqlResult<Vec<StoredMessage>>> {
+    fn claim<'a>(
+        queue: &'a TableQueue<Self>,
+        limit: u32,
+        attempt: &'a ClaimAttempt,
+    ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>> {
         Box::pin(async move {
             let rows = sqlx::query(&queue.sql.claim)
                 .bind(&queue.config.queue)
                 .bind(queue.config.redeliver_timeout_seconds)
                 .bind(i64::from(limit))
+                .bind(attempt.nonce)
                 .fetch_all(&queue.target.pool)
                 .await?;
             rows.iter().map(sqlx::Postgres::claimed_of).collect()
+        })
+    }
+
+    /// The claim's reply is all there is: its rows are those of the queue stamped with the
+    /// attempt's residue within the time it can have run in (see `claim_doubt`).
+    fn release_in_doubt<'a>(
+        queue: &'a TableQueue<Self>,
+        attempt: &'a ClaimAttempt,
+    ) -> BoxFuture<'a, SqlResult<()>> {
+        Box::pin(async move {
+            sqlx::query(&queue.sql.release_stamped)
+                .bind(&queue.config.table)
+                .bind(&queue.config.queue)
+                .bind(attempt.nonce)
+                .bind(attempt.window().as_secs_f64())
+                .execute(&queue.target.pool)
+                .await?;
+            Ok(())
         })
     }
 

@@ -2,6 +2,7 @@
 //! here). The DDL is upstream's byte for byte; NOTIFY (channel = table, payload = queue) is in
 //! the statements only when `useNotify` is on.
 
+use crate::sql::claim_doubt::STAMP_SPAN_MS;
 use crate::sql::dialect::TableStatements;
 
 /// A claim's token: `delivered_at` in whole microseconds (PostgreSQL's own resolution, so
@@ -14,8 +15,13 @@ pub struct PgStatements {
     pub create_index: String,
     /// `(queue, bodies[], headers[], delays_ms[], channel)` → ids, one NOTIFY per statement.
     pub insert: String,
-    /// `(queue, lease seconds, limit)` → claimed `(id, body, headers, token)`, in claim order.
+    /// `(queue, lease seconds, limit, nonce)` → claimed `(id, body, headers, token)`, in claim
+    /// order; the claim's stamp is the latest millisecond ≤ `now()` whose residue modulo
+    /// `STAMP_SPAN_MS` is the nonce.
     pub claim: String,
+    /// `(channel, queue, nonce, window seconds)`: releases the rows a claim with that nonce
+    /// can have stamped in the last `window` seconds.
+    pub release_stamped: String,
     /// `(id, body, headers, delay_ms, channel, token)` → the copy's id, or no row if `id` was
     /// gone or (with a token) claimed anew.
     pub redeliver: String,
@@ -68,6 +74,16 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
             " AND $1::text IS NOT NULL",
         )
     };
+    // Integer milliseconds throughout, so the stamp is exact in the column's TIMESTAMPTZ(3).
+    let stamp = format!(
+        "to_timestamp(((floor((floor(extract(epoch FROM now()) * 1000) - $4::bigint) / {STAMP_SPAN_MS}) * {STAMP_SPAN_MS} + $4::bigint) / 1000.0)::float8)"
+    );
+    let stamped = format!(
+        "queue_name = $2::text AND delivered_at >= now() - make_interval(secs => $4::float8) \
+         AND delivered_at <= now() + interval '1 second' \
+         AND mod({TOKEN_OF} / 1000, {STAMP_SPAN_MS}) = $3::bigint"
+    );
+    let release_stamped = format!("{release_head}{stamped}{release_tail}");
     let create_table = format!(
         "CREATE TABLE IF NOT EXISTS {t} (\n  id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,\n  body TEXT NOT NULL,\n  headers TEXT NOT NULL,\n  queue_name VARCHAR(190) NOT NULL,\n  created_at TIMESTAMPTZ(3) NOT NULL DEFAULT now(),\n  available_at TIMESTAMPTZ(3) NOT NULL,\n  delivered_at TIMESTAMPTZ(3)\n)"
     );
@@ -105,7 +121,7 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
                SELECT id FROM {t} WHERE {claimable} \
                ORDER BY available_at, delivered_at, id LIMIT $3 FOR UPDATE SKIP LOCKED \
              ), claimed AS ( \
-               UPDATE {t} AS m SET delivered_at = now() FROM due WHERE m.id = due.id \
+               UPDATE {t} AS m SET delivered_at = {stamp} FROM due WHERE m.id = due.id \
                RETURNING m.id, m.body, m.headers, m.available_at, {TOKEN_OF} AS token \
              ) SELECT claimed.id::text AS id, body, headers, token FROM claimed ORDER BY claimed.available_at, claimed.id"
         ),
@@ -122,6 +138,7 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
         renew_head: format!(
             "UPDATE {t} SET delivered_at = now() WHERE delivered_at IS NOT NULL AND "
         ),
+        release_stamped,
         release_head,
         release_tail,
     };

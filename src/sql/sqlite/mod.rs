@@ -11,6 +11,7 @@ pub use location::{parse_sqlite_location, SqliteLocation};
 use crate::dsn::SqlDsn;
 use crate::engine::{Held, NewMessage, StoredMessage};
 use crate::error::{Error, Result};
+use crate::sql::claim_doubt::ClaimAttempt;
 use crate::sql::dialect::{
     renew_returning, DialectFacts, OpenedTarget, SqlDialect, TableStatements,
 };
@@ -147,7 +148,11 @@ impl SqlDialect for Sqlite {
     }
 
     /// One `UPDATE … RETURNING` statement (a write transaction of its own).
-    fn claim(queue: &TableQueue<Self>, limit: u32) -> BoxFuture<'_, SqlResult<Vec<StoredMessage>>> {
+    fn claim<'a>(
+        queue: &'a TableQueue<Self>,
+        limit: u32,
+        _attempt: &'a ClaimAttempt,
+    ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>> {
         Box::pin(async move {
             let rows = sqlx::query(&queue.sql.claim)
                 .bind(&queue.config.queue)
