@@ -1,43 +1,57 @@
-//! Claims whose outcome is in doubt: the connection was lost (or the statement bound ran out)
-//! after the claim was sent and before its reply came back, so it may have committed and left
-//! its rows marked delivered to nobody, hidden until the lease (an hour by default). The
-//! shared schema records no claimer, so each attempt carries what identifies its rows should
-//! the reply be lost, and the next claim on the queue releases them first:
+//! Claims whose outcome is in doubt: the connection was lost after the claim was sent and
+//! before its reply came back, so it may have committed and left its rows marked delivered to
+//! nobody, hidden until the lease (an hour by default). The shared schema records no claimer,
+//! so each attempt carries what identifies its rows should the reply be lost, and the next
+//! claim on the queue releases them first:
 //! - MySQL knows its rows and token before it commits ([`ClaimAttempt::hold`]): exact;
 //! - PostgreSQL claims in one statement whose reply is all there is, so its claim stamps
-//!   `delivered_at` with a client-chosen millisecond ([`ClaimAttempt::nonce`], the stamp's
-//!   residue modulo [`STAMP_SPAN_MS`], at most that much before `now()`) and the release
-//!   takes the rows carrying that residue in the window the attempt could have run in.
-//!   Another claim committed in the same window with the same residue (1 in
-//!   [`STAMP_SPAN_MS`]) is released too: its messages are delivered twice, never lost, and its
-//!   consumer's settles are fenced.
+//!   `delivered_at` with a client-chosen millisecond: the stamp's residue modulo a span
+//!   ([`stamp_span_ms`], a tenth of the lease up to 1 s) is the attempt's nonce, and the stamp
+//!   is at most a span before `now()` (a lease at most a tenth shorter). The release takes the
+//!   queue's rows with that residue stamped in the time the attempt can have run in, except
+//!   the claims this process made meanwhile ([`RecentClaims`]). Another process's claim
+//!   committed in that window with the same residue is released too: its messages are
+//!   delivered twice, never lost, and its consumer's settles are fenced.
+//!
+//! A claim that got no answer at all within its bound (a silent network) can have run at any
+//! time since; it is not guessed at, and its rows come back at their lease.
 
 use super::ids::HeldRow;
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Width of the residue a PostgreSQL claim stamp carries, in milliseconds: the stamp is at
-/// most this much earlier than `now()`, so a lease is at most this much shorter.
-pub const STAMP_SPAN_MS: i64 = 100;
+/// The longest a failed attempt may have been in flight and still be released: the wider
+/// the window, the more claims of others can share its residue.
+const MAX_DOUBT_WINDOW: Duration = Duration::from_secs(5);
 
 /// The most attempts kept in doubt: each failed attempt of a long outage adds one, and the
 /// oldest ones' rows come back at their lease anyway.
 const MAX_IN_DOUBT: usize = 64;
 
+/// The span of a PostgreSQL claim stamp's residue for `lease`, in milliseconds: a tenth of the
+/// lease, from 10 ms to 1 s (1 in 1,000 for leases of 10 s and more).
+pub fn stamp_span_ms(lease: Duration) -> i64 {
+    (lease.as_millis() / 10).clamp(10, 1000) as i64
+}
+
 /// One claim attempt, and what identifies its rows if its reply is lost.
 #[derive(Debug)]
 pub struct ClaimAttempt {
-    /// The PostgreSQL stamp's residue, in `0..STAMP_SPAN_MS`.
+    /// The PostgreSQL stamp's residue, in `0..span_ms`.
     pub nonce: i64,
+    pub span_ms: i64,
     sent: Instant,
     rows: Mutex<Vec<HeldRow>>,
 }
 
 impl ClaimAttempt {
-    fn new() -> Self {
-        let nonce = (crate::backoff::unit_jitter() * STAMP_SPAN_MS as f64) as i64;
+    pub fn new(span_ms: i64) -> Self {
+        let span_ms = span_ms.max(1);
+        let nonce = (crate::backoff::unit_jitter() * span_ms as f64) as i64;
         Self {
-            nonce: nonce.clamp(0, STAMP_SPAN_MS - 1),
+            nonce: nonce.clamp(0, span_ms - 1),
+            span_ms,
             sent: Instant::now(),
             rows: Mutex::default(),
         }
@@ -58,6 +72,11 @@ impl ClaimAttempt {
     pub fn window(&self) -> Duration {
         self.sent.elapsed() + Duration::from_secs(1)
     }
+
+    /// Whether `token` (a claim stamp in microseconds) carries this attempt's residue.
+    pub fn matches(&self, token: i64) -> bool {
+        (token / 1000).rem_euclid(self.span_ms) == self.nonce
+    }
 }
 
 /// The claim attempts of one queue whose outcome is in doubt.
@@ -67,20 +86,20 @@ pub struct InDoubt {
 }
 
 impl InDoubt {
-    /// A new attempt, in doubt from now until [`InDoubt::settled`] says otherwise: a claim
-    /// dropped at its bound (no reply at all) stays in doubt.
-    pub fn begin(&self) -> Arc<ClaimAttempt> {
-        let attempt = Arc::new(ClaimAttempt::new());
+    /// Keeps `attempt`, which failed without an answer, for the next claim to release, unless
+    /// it was in flight too long to be told apart from others' claims.
+    pub fn record(&self, attempt: ClaimAttempt) {
+        if attempt.sent.elapsed() > MAX_DOUBT_WINDOW {
+            return;
+        }
         let mut attempts = self.lock();
         if attempts.len() >= MAX_IN_DOUBT {
             attempts.remove(0);
         }
-        attempts.push(attempt.clone());
-        attempt
+        attempts.push(Arc::new(attempt));
     }
 
-    /// The attempt's outcome is known: it answered, it never reached the server, or its rows
-    /// were released.
+    /// Its rows were released.
     pub fn settled(&self, attempt: &Arc<ClaimAttempt>) {
         self.lock().retain(|a| !Arc::ptr_eq(a, attempt));
     }
@@ -98,6 +117,45 @@ impl InDoubt {
     }
 }
 
+/// The tokens of the claims this process made lately (on one target, for every queue), so
+/// that releasing a lost claim's residue spares the live claims of its neighbours.
+#[derive(Debug, Default)]
+pub struct RecentClaims {
+    tokens: Mutex<VecDeque<(Instant, i64)>>,
+}
+
+impl RecentClaims {
+    pub fn note(&self, token: i64) {
+        let mut tokens = self.lock();
+        let now = Instant::now();
+        while tokens
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > RECENT)
+        {
+            tokens.pop_front();
+        }
+        if tokens.back().map(|(_, t)| *t) != Some(token) {
+            tokens.push_back((now, token));
+        }
+    }
+
+    /// The recent tokens that carry `attempt`'s residue.
+    pub fn sharing_residue(&self, attempt: &ClaimAttempt) -> Vec<i64> {
+        self.lock()
+            .iter()
+            .map(|(_, token)| *token)
+            .filter(|token| attempt.matches(*token))
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(Instant, i64)>> {
+        self.tokens.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// How long a claim's token is remembered: past any window a release looks at.
+const RECENT: Duration = Duration::from_secs(MAX_DOUBT_WINDOW.as_secs() + 5);
+
 /// Whether a claim that failed with `err` may have committed: the connection was lost without
 /// an answer. A server's error answer (the statement was rolled back, or never ran) and a
 /// pool that gave no connection leave no doubt.
@@ -114,30 +172,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nonces_stay_in_the_span() {
+    fn the_span_is_a_tenth_of_the_lease_within_bounds() {
+        assert_eq!(stamp_span_ms(Duration::from_secs(1)), 100);
+        assert_eq!(stamp_span_ms(Duration::from_secs(3600)), 1000);
+        assert_eq!(stamp_span_ms(Duration::from_millis(20)), 10);
+    }
+
+    #[test]
+    fn nonces_stay_in_the_span_and_match_their_stamps() {
         for _ in 0..1000 {
-            let a = ClaimAttempt::new();
-            assert!((0..STAMP_SPAN_MS).contains(&a.nonce));
+            let a = ClaimAttempt::new(100);
+            assert!((0..100).contains(&a.nonce));
+            let stamp_ms = 1_700_000_000_000 / 100 * 100 + a.nonce;
+            assert!(a.matches(stamp_ms * 1000));
+            assert!(!a.matches((stamp_ms + 1) * 1000));
         }
     }
 
     #[test]
-    fn settled_attempts_leave_and_unsettled_ones_stay() {
+    fn released_attempts_leave_and_others_stay() {
         let doubt = InDoubt::default();
-        let answered = doubt.begin();
-        let lost = doubt.begin();
-        doubt.settled(&answered);
+        doubt.record(ClaimAttempt::new(100));
+        doubt.record(ClaimAttempt::new(100));
         let pending = doubt.pending(Duration::from_secs(60));
-        assert_eq!(pending.len(), 1);
-        assert!(Arc::ptr_eq(&pending[0], &lost));
-        doubt.settled(&lost);
-        assert!(doubt.pending(Duration::from_secs(60)).is_empty());
+        assert_eq!(pending.len(), 2);
+        doubt.settled(&pending[0]);
+        let left = doubt.pending(Duration::from_secs(60));
+        assert_eq!(left.len(), 1);
+        assert!(Arc::ptr_eq(&left[0], &pending[1]));
     }
 
     #[test]
     fn attempts_older_than_the_lease_are_dropped() {
         let doubt = InDoubt::default();
-        doubt.begin();
+        doubt.record(ClaimAttempt::new(100));
         assert!(doubt.pending(Duration::ZERO).is_empty());
         assert!(doubt.pending(Duration::from_secs(60)).is_empty());
     }
@@ -146,8 +214,21 @@ mod tests {
     fn at_most_a_bounded_number_are_kept() {
         let doubt = InDoubt::default();
         for _ in 0..(MAX_IN_DOUBT + 10) {
-            doubt.begin();
+            doubt.record(ClaimAttempt::new(100));
         }
         assert_eq!(doubt.pending(Duration::from_secs(60)).len(), MAX_IN_DOUBT);
+    }
+
+    #[test]
+    fn recent_claims_sharing_the_residue_are_found() {
+        let recent = RecentClaims::default();
+        let attempt = ClaimAttempt::new(1000);
+        let base = 1_700_000_000_000 / 1000 * 1000;
+        recent.note((base + attempt.nonce) * 1000);
+        recent.note((base + (attempt.nonce + 1) % 1000) * 1000);
+        assert_eq!(
+            recent.sharing_residue(&attempt),
+            vec![(base + attempt.nonce) * 1000]
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! dialect (first contact, retries, error reporting, id parsing, list, find, count, leases,
 //! releases, idle waits, shutdown) and hands the dialect only what is its own.
 
-use super::claim_doubt::{may_have_committed, InDoubt};
+use super::claim_doubt::{may_have_committed, stamp_span_ms, ClaimAttempt, InDoubt};
 use super::dialect::{SqlDialect, TableStatements};
 use super::driver::{Driver, Param, SqlResult};
 use super::ids::{held_condition, held_rows, row_id, HeldRow};
@@ -96,14 +96,19 @@ impl<D: SqlDialect> TableQueue<D> {
     }
 
     /// One claim attempt, after releasing the rows of earlier ones whose reply was lost. An
-    /// attempt that failed without an answer (or was dropped at its bound) stays in doubt.
+    /// attempt that failed without an answer is kept in doubt.
     async fn claim_once(&self, limit: u32) -> SqlResult<Vec<StoredMessage>> {
         self.release_in_doubt().await;
-        let attempt = self.in_doubt.begin();
+        let attempt = ClaimAttempt::new(stamp_span_ms(self.claim_lease()));
         let result = D::claim(self, limit, &attempt).await;
         match &result {
-            Err(err) if may_have_committed(err, D::classify(err)) => {}
-            _ => self.in_doubt.settled(&attempt),
+            Ok(rows) => {
+                if let Some(token) = rows.first().and_then(|r| r.token) {
+                    self.target.recent_claims.note(token);
+                }
+            }
+            Err(err) if may_have_committed(err, D::classify(err)) => self.in_doubt.record(attempt),
+            Err(_) => {}
         }
         result
     }

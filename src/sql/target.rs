@@ -2,6 +2,7 @@
 //! pool, the first-contact probe, the wake board, and the one place driver errors become the
 //! user's errors.
 
+use super::claim_doubt::RecentClaims;
 use super::dialect::{DialectConnectOptions, OpenedTarget, SqlDialect};
 use super::driver::SqlResult;
 use super::errors::Failure;
@@ -32,6 +33,8 @@ pub struct SqlTarget<D: SqlDialect> {
     first_contact: FirstContact,
     /// When a statement last failed on a connection (pooled ones may be dead since).
     connection_failed_at: Mutex<Option<Instant>>,
+    /// The tokens of this process's recent claims, spared by lost-claim releases.
+    pub recent_claims: RecentClaims,
     pub extra: D::Extra,
 }
 
@@ -53,6 +56,7 @@ impl<D: SqlDialect> SqlTarget<D> {
                 board,
                 first_contact: FirstContact::default(),
                 connection_failed_at: Mutex::new(None),
+                recent_claims: RecentClaims::default(),
                 extra,
             })
         })

@@ -184,6 +184,7 @@ impl SqlDialect for Postgres {
                 .bind(queue.config.redeliver_timeout_seconds)
                 .bind(i64::from(limit))
                 .bind(attempt.nonce)
+                .bind(attempt.span_ms)
                 .fetch_all(&queue.target.pool)
                 .await?;
             rows.iter().map(sqlx::Postgres::claimed_of).collect()
@@ -191,7 +192,8 @@ impl SqlDialect for Postgres {
     }
 
     /// The claim's reply is all there is: its rows are those of the queue stamped with the
-    /// attempt's residue within the time it can have run in (see `claim_doubt`).
+    /// attempt's residue within the time it can have run in, but for this process's own
+    /// claims since (see `claim_doubt`).
     fn release_in_doubt<'a>(
         queue: &'a TableQueue<Self>,
         attempt: &'a ClaimAttempt,
@@ -202,6 +204,8 @@ impl SqlDialect for Postgres {
                 .bind(&queue.config.queue)
                 .bind(attempt.nonce)
                 .bind(attempt.window().as_secs_f64())
+                .bind(attempt.span_ms)
+                .bind(queue.target.recent_claims.sharing_residue(attempt))
                 .execute(&queue.target.pool)
                 .await?;
             Ok(())

@@ -2,7 +2,6 @@
 //! here). The DDL is upstream's byte for byte; NOTIFY (channel = table, payload = queue) is in
 //! the statements only when `useNotify` is on.
 
-use crate::sql::claim_doubt::STAMP_SPAN_MS;
 use crate::sql::dialect::TableStatements;
 
 /// A claim's token: `delivered_at` in whole microseconds (PostgreSQL's own resolution, so
@@ -15,12 +14,13 @@ pub struct PgStatements {
     pub create_index: String,
     /// `(queue, bodies[], headers[], delays_ms[], channel)` → ids, one NOTIFY per statement.
     pub insert: String,
-    /// `(queue, lease seconds, limit, nonce)` → claimed `(id, body, headers, token)`, in claim
-    /// order; the claim's stamp is the latest millisecond ≤ `now()` whose residue modulo
-    /// `STAMP_SPAN_MS` is the nonce.
+    /// `(queue, lease seconds, limit, nonce, span ms)` → claimed `(id, body, headers, token)`,
+    /// in claim order; the claim's stamp is the latest millisecond ≤ `now()` whose residue
+    /// modulo the span is the nonce (see `claim_doubt`).
     pub claim: String,
-    /// `(channel, queue, nonce, window seconds)`: releases the rows a claim with that nonce
-    /// can have stamped in the last `window` seconds.
+    /// `(channel, queue, nonce, window seconds, span ms, spared tokens[])`: releases the rows a
+    /// claim with that nonce can have stamped in the last `window` seconds, but for the claims
+    /// whose tokens are spared.
     pub release_stamped: String,
     /// `(id, body, headers, delay_ms, channel, token)` → the copy's id, or no row if `id` was
     /// gone or (with a token) claimed anew.
@@ -75,13 +75,11 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
         )
     };
     // Integer milliseconds throughout, so the stamp is exact in the column's TIMESTAMPTZ(3).
-    let stamp = format!(
-        "to_timestamp(((floor((floor(extract(epoch FROM now()) * 1000) - $4::bigint) / {STAMP_SPAN_MS}) * {STAMP_SPAN_MS} + $4::bigint) / 1000.0)::float8)"
-    );
+    let stamp = "to_timestamp(((floor((floor(extract(epoch FROM now()) * 1000) - $4::bigint) / $5::bigint) * $5::bigint + $4::bigint) / 1000.0)::float8)";
     let stamped = format!(
         "queue_name = $2::text AND delivered_at >= now() - make_interval(secs => $4::float8) \
          AND delivered_at <= now() + interval '1 second' \
-         AND mod({TOKEN_OF} / 1000, {STAMP_SPAN_MS}) = $3::bigint"
+         AND mod({TOKEN_OF} / 1000, $5::bigint) = $3::bigint AND NOT ({TOKEN_OF} = ANY($6::bigint[]))"
     );
     let release_stamped = format!("{release_head}{stamped}{release_tail}");
     let create_table = format!(
