@@ -1,8 +1,9 @@
 'use strict';
 
 // Fault scenario 11 (issue 9): soak under faults. Producers and consumers move SOAK_MESSAGES
-// messages through a private server behind the proxy while a fault comes every few seconds, in
-// turn: a server restart, every backend killed, a network blackhole. Expected: every confirmed
+// messages through a private server behind the proxy while faults come in turn, one at each
+// quarter of the volume (so each kind meets the sends however fast they go): a server
+// restart, every backend killed, a network blackhole. Expected: every confirmed
 // send delivered (0 lost), every send settled (stored, or refused with
 // TransportConnectionError), the consumers never end or throw, and nothing grows: the
 // process's memory outside the JavaScript heap between the first fifth and the end, and its
@@ -23,8 +24,10 @@ const MESSAGES = Number(process.env.SOAK_MESSAGES ?? 200_000);
 const SENDS_IN_FLIGHT = 200;
 const PRODUCERS = 2;
 const CONSUMERS = 2;
-const FAULT_EVERY_MS = 3000;
+const FAULTS = ['restart', 'kill', 'blackhole'];
 const FAULT_MS = 1500;
+/** A producer whose batch was refused waits this long before the next, as an app would. */
+const REFUSED_PAUSE_MS = 100;
 /**
  * Memory outside the JavaScript heap (the native side: buffers, pools, tasks; RSS less the
  * heap, which holds this test's own bookkeeping of every key) may move, not grow with the
@@ -101,7 +104,9 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: soak under faults', (engine
           );
           attempted += 1;
         }
+        const refusedBefore = [...refusals.values()].reduce((a, b) => a + b, 0);
         await Promise.all(batch);
+        if ([...refusals.values()].reduce((a, b) => a + b, 0) > refusedBefore) await sleep(REFUSED_PAUSE_MS);
         if (nativeAtFifth === undefined && attempted >= MESSAGES / 5) nativeAtFifth = nativeMemory();
       }
     };
@@ -109,11 +114,10 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: soak under faults', (engine
     const faults = [];
     let producing = true;
     const injector = (async () => {
-      const kinds = ['restart', 'kill', 'blackhole'];
-      for (let i = 0; producing; i += 1) {
-        await sleep(FAULT_EVERY_MS);
+      for (const [i, kind] of FAULTS.entries()) {
+        const due = (MESSAGES * (i + 1)) / (FAULTS.length + 1);
+        while (producing && attempted < due) await sleep(20);
         if (!producing) break;
-        const kind = kinds[i % kinds.length];
         const at = Date.now();
         if (kind === 'restart') await server.restart({ downMs: FAULT_MS });
         if (kind === 'kill') await server.killBackends();
