@@ -135,12 +135,7 @@ export declare class SqlTransport
   close(): Promise<void>;
 }
 
-/**
- * An outbox INSERT from {@link SqlTransport.outboxStatement}: `text` in the dialect's own
- * placeholders (`$1…` on PostgreSQL, `?` on MySQL and SQLite) and `values` to bind, in order.
- * The new id: the returned row's `id` on PostgreSQL, `insertId` / `LAST_INSERT_ID()` on MySQL,
- * `lastInsertRowid` / `last_insert_rowid()` on SQLite.
- */
+/** Options of {@link SqlTransport.outboxStatement}. */
 export interface OutboxStatementOptions {
   /**
    * `'native'` (default): the dialect's own placeholders. `'?'`: `?` on every dialect (on
@@ -150,10 +145,17 @@ export interface OutboxStatementOptions {
   readonly placeholders?: 'native' | '?';
 }
 
+/**
+ * An outbox INSERT from {@link SqlTransport.outboxStatement}: `text` in the dialect's own
+ * placeholders (`$1…` on PostgreSQL, `?` on MySQL and SQLite) and `values` to bind, in order
+ * (a fresh array each call, so it goes to any driver or ORM as it is).
+ * The new id: the returned row's `id` on PostgreSQL, `insertId` / `LAST_INSERT_ID()` on MySQL,
+ * `lastInsertRowid` / `last_insert_rowid()` on SQLite.
+ */
 export interface OutboxStatement {
   readonly dialect: 'postgres' | 'mysql' | 'sqlite';
   readonly text: string;
-  readonly values: ReadonlyArray<string | number>;
+  readonly values: Array<string | number>;
 }
 
 /** Options of {@link RedisStreamsTransport}: upstream's, with the same defaults, plus `cluster` and `connectTimeoutMs`. */
