@@ -6,12 +6,14 @@
 //! - MySQL knows its rows and token before it commits ([`ClaimAttempt::hold`]): exact;
 //! - PostgreSQL claims in one statement whose reply is all there is, so its claim stamps
 //!   `delivered_at` with a client-chosen millisecond: the stamp's residue modulo a span
-//!   ([`stamp_span_ms`], a tenth of the lease up to 1 s) is the attempt's nonce, and the stamp
-//!   is at most a span before `now()` (a lease at most a tenth shorter). The release takes the
-//!   queue's rows with that residue stamped in the time the attempt can have run in, except
-//!   the claims this process made meanwhile ([`RecentClaims`]). Another process's claim
-//!   committed in that window with the same residue is released too: its messages are
-//!   delivered twice, never lost, and its consumer's settles are fenced.
+//!   ([`stamp_span_ms`], a tenth of the lease, 10 to 100 ms) is the attempt's nonce, and the
+//!   stamp is at most a span after `now()`. Later, never earlier: a consumer with a shorter
+//!   lease (an upstream worker, a reaper) must not take a live claim over early; at most a
+//!   span late is harmless. The release takes the queue's rows with that residue stamped in
+//!   the time the attempt can have run in, except the claims this process made meanwhile
+//!   ([`RecentClaims`]). Another process's claim committed in that window with the same
+//!   residue is released too: its messages are delivered twice, never lost, and its
+//!   consumer's settles are fenced.
 //!
 //! A claim that got no answer at all within its bound (a silent network) can have run at any
 //! time since; it is not guessed at, and its rows come back at their lease.
@@ -30,9 +32,11 @@ const MAX_DOUBT_WINDOW: Duration = Duration::from_secs(5);
 const MAX_IN_DOUBT: usize = 64;
 
 /// The span of a PostgreSQL claim stamp's residue for `lease`, in milliseconds: a tenth of the
-/// lease, from 10 ms to 1 s (1 in 1,000 for leases of 10 s and more).
+/// lease, from 10 to 100 ms (1 in 100 for leases of a second and more). It is also how much
+/// later than `now()` a claim's stamp can be, for every consumer of the queue whatever its
+/// own lease: kept small.
 pub fn stamp_span_ms(lease: Duration) -> i64 {
-    (lease.as_millis() / 10).clamp(10, 1000) as i64
+    (lease.as_millis() / 10).clamp(10, 100) as i64
 }
 
 /// One claim attempt, and what identifies its rows if its reply is lost.
@@ -173,8 +177,8 @@ mod tests {
 
     #[test]
     fn the_span_is_a_tenth_of_the_lease_within_bounds() {
-        assert_eq!(stamp_span_ms(Duration::from_secs(1)), 100);
-        assert_eq!(stamp_span_ms(Duration::from_secs(3600)), 1000);
+        assert_eq!(stamp_span_ms(Duration::from_millis(500)), 50);
+        assert_eq!(stamp_span_ms(Duration::from_secs(3600)), 100);
         assert_eq!(stamp_span_ms(Duration::from_millis(20)), 10);
     }
 
@@ -222,10 +226,10 @@ mod tests {
     #[test]
     fn recent_claims_sharing_the_residue_are_found() {
         let recent = RecentClaims::default();
-        let attempt = ClaimAttempt::new(1000);
-        let base = 1_700_000_000_000 / 1000 * 1000;
+        let attempt = ClaimAttempt::new(100);
+        let base = 1_700_000_000_000 / 100 * 100;
         recent.note((base + attempt.nonce) * 1000);
-        recent.note((base + (attempt.nonce + 1) % 1000) * 1000);
+        recent.note((base + (attempt.nonce + 1) % 100) * 1000);
         assert_eq!(
             recent.sharing_residue(&attempt),
             vec![(base + attempt.nonce) * 1000]

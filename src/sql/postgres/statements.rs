@@ -15,7 +15,7 @@ pub struct PgStatements {
     /// `(queue, bodies[], headers[], delays_ms[], channel)` → ids, one NOTIFY per statement.
     pub insert: String,
     /// `(queue, lease seconds, limit, nonce, span ms)` → claimed `(id, body, headers, token)`,
-    /// in claim order; the claim's stamp is the latest millisecond ≤ `now()` whose residue
+    /// in claim order; the claim's stamp is the first millisecond ≥ `now()` whose residue
     /// modulo the span is the nonce (see `claim_doubt`).
     pub claim: String,
     /// `(channel, queue, nonce, window seconds, span ms, spared tokens[])`: releases the rows a
@@ -75,10 +75,11 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
         )
     };
     // Integer milliseconds throughout, so the stamp is exact in the column's TIMESTAMPTZ(3).
-    let stamp = "to_timestamp(((floor((floor(extract(epoch FROM now()) * 1000) - $4::bigint) / $5::bigint) * $5::bigint + $4::bigint) / 1000.0)::float8)";
+    // The first millisecond at or after now() with the nonce's residue.
+    let stamp = "to_timestamp(((ceil((floor(extract(epoch FROM now()) * 1000) - $4::bigint) / $5::bigint) * $5::bigint + $4::bigint) / 1000.0)::float8)";
     let stamped = format!(
         "queue_name = $2::text AND delivered_at >= now() - make_interval(secs => $4::float8) \
-         AND delivered_at <= now() + interval '1 second' \
+         AND delivered_at <= now() + make_interval(secs => $5::float8 / 1000 + 1) \
          AND mod({TOKEN_OF} / 1000, $5::bigint) = $3::bigint AND NOT ({TOKEN_OF} = ANY($6::bigint[]))"
     );
     let release_stamped = format!("{release_head}{stamped}{release_tail}");
