@@ -12,9 +12,8 @@ const path = require('node:path');
 const { markdown, svg, median } = require('./report');
 const { postgresClaimDeleteLimit, redisXaddLimit } = require('./limits');
 const { ENGINES } = require('./engines');
+const { RUNS } = require('./targets');
 const { Progress } = require('../scripts/progress');
-
-const WORKLOAD_SIZES = { consume: 3000, sendSequential: 2000, sendConcurrent: 5000, wake: 300, competing: 3000 };
 
 function parseArgs(argv) {
   const options = { rounds: 3, engines: Object.keys(ENGINES), deep: 100000, soak: 0, limits: true };
@@ -71,7 +70,7 @@ async function main() {
   const results = {};
   const deep = Object.fromEntries(Object.keys(ENGINES).map((engine) => [engine, []]));
   const runsPerRound = options.engines.reduce(
-    (sum, engine) => sum + Object.keys(WORKLOAD_SIZES).length * (ENGINES[engine].upstream ? 2 : 1) + (options.deep > 0 ? 1 : 0),
+    (sum, engine) => sum + Object.keys(RUNS).length * (ENGINES[engine].upstream ? 2 : 1) + (options.deep > 0 ? 1 : 0),
     0,
   );
   const progress = new Progress(options.rounds * runsPerRound, process.stderr);
@@ -84,14 +83,14 @@ async function main() {
   for (let round = 1; round <= options.rounds; round += 1) {
     for (const engine of options.engines) {
       results[engine] ??= {};
-      for (const [workload, n] of Object.entries(WORKLOAD_SIZES)) {
+      for (const [key, run] of Object.entries(RUNS)) {
         // Side by side where the upstream TypeScript transport exists for the engine.
         const impls = ENGINES[engine].upstream ? ['native', 'upstream'] : ['native'];
         for (const impl of impls) {
-          const result = runOne({ engine, impl, workload, n });
-          ran(`round ${round} ${engine} ${workload} ${impl}`, result);
+          const result = runOne({ engine, impl, ...run });
+          ran(`round ${round} ${engine} ${key} ${impl}`, result);
           if (result === undefined) continue;
-          ((results[engine][workload] ??= {})[impl] ??= []).push(result);
+          ((results[engine][key] ??= {})[impl] ??= []).push(result);
         }
       }
       if (options.deep > 0) {
@@ -104,7 +103,7 @@ async function main() {
   progress.end();
   const extras = [];
   if (options.deep > 0) {
-    const lines = ['## B1 at depth', '', `| engine | native msgs/s at ${WORKLOAD_SIZES.consume} | at ${options.deep} | ratio (target ≥ 0.8) | peak RSS MB |`, '|---|---|---|---|---|'];
+    const lines = ['## B1 at depth', '', `| engine | native msgs/s at ${RUNS.consume.n} | at ${options.deep} | ratio (target ≥ 0.8) | peak RSS MB |`, '|---|---|---|---|---|'];
     for (const engine of options.engines) {
       const shallow = median((results[engine]?.consume?.native ?? []).map((r) => r.rate));
       const deepRate = median(deep[engine].map((r) => r.rate));
@@ -114,12 +113,12 @@ async function main() {
     extras.push(lines);
   }
   if (options.limits && options.engines.includes('postgres')) {
-    const limit = await postgresClaimDeleteLimit(WORKLOAD_SIZES.consume);
+    const limit = await postgresClaimDeleteLimit(RUNS.consume.n);
     const native = median((results.postgres?.consume?.native ?? []).map((r) => r.rate));
     extras.push([
       '## Engine limits',
       '',
-      `- PostgreSQL claim-100-and-delete (pgbench, depth ${WORKLOAD_SIZES.consume}): ${limit.toFixed(0)} rows/s; native B1 is ${((native / limit) * 100).toFixed(0)}% of it (target ≥ 50%).`,
+      `- PostgreSQL claim-100-and-delete (pgbench, depth ${RUNS.consume.n}): ${limit.toFixed(0)} rows/s; native B1 is ${((native / limit) * 100).toFixed(0)}% of it (target ≥ 50%).`,
       ...(options.engines.includes('redis') ? [`- Redis pipelined XADD (redis-benchmark -P 16): ${redisXaddLimit().toFixed(0)} commands/s.`] : []),
     ]);
   }

@@ -2,12 +2,19 @@
 
 const { Envelope, JsonSerializer } = require('@schally/nestjs-messenger');
 
-/** The benchmark's message: a registered class with a ~100-character payload. */
+let payload = 'p'.repeat(100);
+
+/** The benchmark's message: a registered class with a payload of 100 characters by default. */
 class BenchMessage {
   constructor(id, sentAt = 0) {
     this.id = id;
     this.sentAt = sentAt;
-    this.payload = 'p'.repeat(100);
+    this.payload = payload;
+  }
+
+  /** Sets the payload of the messages made from now on in this process (a run's job says it). */
+  static usePayloadBytes(bytes) {
+    payload = 'p'.repeat(bytes);
   }
 }
 

@@ -20,14 +20,13 @@ function fmt(value, digits = 0) {
 
 /**
  * One row per (engine, target): medians of native and upstream, the ratio and whether the
- * target is met. `results[engine][workload][impl]` is a list of per-round results.
+ * target is met. `results[engine][run][impl]` is a list of per-round results (runs: RUNS).
  */
 function rows(results) {
   const out = [];
-  for (const [engine, byWorkload] of Object.entries(results)) {
+  for (const [engine, byRun] of Object.entries(results)) {
     for (const [key, spec] of Object.entries(TARGETS)) {
-      const workload = spec.workload ?? key;
-      const runs = byWorkload[workload];
+      const runs = byRun[spec.run ?? key];
       if (!runs) continue;
       const nativeValue = median((runs.native ?? []).map((r) => r[spec.metric]));
       const upstreamValue = median((runs.upstream ?? []).map((r) => r[spec.metric]));
@@ -46,7 +45,7 @@ function rows(results) {
         goal = '';
         met = undefined;
       }
-      out.push({ engine, label: spec.label, nativeValue, upstreamValue, ratio, goal, met, digits: spec.metric === 'p50' ? 2 : spec.lowerIsBetter ? 1 : 0 });
+      out.push({ engine, label: spec.label, nativeValue, upstreamValue, ratio, goal, met, digits: ['p50', 'p99'].includes(spec.metric) ? 2 : spec.lowerIsBetter || spec.metric === 'mbPerSecond' ? 1 : 0 });
     }
   }
   return out;

@@ -6,13 +6,15 @@
 const { ENGINES } = require('./engines');
 const { transportFactory, freshName } = require('./transports');
 const { prefill } = require('./prefill');
+const { BenchMessage } = require('./message');
+const { serverCpu, settleBackends } = require('./server-cpu');
 const { consume } = require('./workloads/consume');
 const { sendSequential, sendConcurrent } = require('./workloads/send');
-const { wake } = require('./workloads/wake');
+const { wake, wakeFromAnotherProcess } = require('./workloads/wake');
 const { competing } = require('./workloads/competing');
 const { soak } = require('./workloads/soak');
 
-const WORKLOADS = { consume, sendSequential, sendConcurrent, wake, competing, soak };
+const WORKLOADS = { consume, sendSequential, sendConcurrent, wake, wakeFromAnotherProcess, competing, soak };
 const PREFILLED = new Set(['consume', 'competing', 'soak']);
 
 async function ensureSchema(engine, makeTransport) {
@@ -24,12 +26,20 @@ async function ensureSchema(engine, makeTransport) {
 
 async function main() {
   const job = JSON.parse(process.argv[2]);
+  if (job.payloadBytes !== undefined) BenchMessage.usePayloadBytes(job.payloadBytes);
   const queue = ENGINES[job.engine].kind === 'redis' ? `bench:{${freshName('s')}}` : freshName('bench');
   const makeTransport = transportFactory(job.engine, job.impl, queue);
   const nativeFactory = transportFactory(job.engine, 'native', queue);
+  const readServerCpu = await serverCpu(job.engine);
   await ensureSchema(job.engine, nativeFactory);
   if (PREFILLED.has(job.workload)) await prefill(job.engine, queue, job.n, nativeFactory);
-  const result = await WORKLOADS[job.workload]({ makeTransport, n: job.n });
+  await settleBackends();
+  const serverCpuBefore = readServerCpu();
+  const result = await WORKLOADS[job.workload]({ makeTransport, n: job.n, job, queue });
+  await settleBackends();
+  // Every message the workload moved, sent or consumed (the wake-up runs send `n` too).
+  result.serverCpuPerMessage = (readServerCpu() - serverCpuBefore) / job.n;
+  if (job.payloadBytes !== undefined && result.rate !== undefined) result.mbPerSecond = (result.rate * job.payloadBytes) / 1e6;
   result.peakRssMb = process.resourceUsage().maxRSS / 1024;
   await cleanup(job.engine, queue);
   process.stdout.write(`${JSON.stringify(result)}\n`);

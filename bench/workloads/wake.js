@@ -1,5 +1,7 @@
 'use strict';
 
+const path = require('node:path');
+const { fork } = require('node:child_process');
 const { performance } = require('node:perf_hooks');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { Envelope } = require('@schally/nestjs-messenger');
@@ -42,4 +44,39 @@ async function wake({ makeTransport, count = 300, gapMs = 10 }) {
   return { p50: percentile(latencies, 50), p99: percentile(latencies, 99) };
 }
 
-module.exports = { wake };
+/** Milliseconds on the machine's monotonic clock: the same in every process here. */
+const machineMs = () => Number(process.hrtime.bigint()) / 1e6;
+
+/**
+ * B4 across processes: as `wake`, but the messages come from a producer process of its own,
+ * so nothing in this process knows they were sent (PostgreSQL: only the NOTIFY wakes the
+ * consumer; Redis: the blocked read; MariaDB: the poll).
+ */
+async function wakeFromAnotherProcess({ makeTransport, job, queue, count = 300, gapMs = 10 }) {
+  const consumer = makeTransport();
+  const latencies = [];
+  const controller = new AbortController();
+  const consuming = (async () => {
+    for await (const envelope of consumer.get(controller.signal)) {
+      latencies.push(machineMs() - envelope.message.sentAt);
+      await consumer.ack(envelope);
+      if (latencies.length === count) break;
+    }
+  })();
+  await sleep(500); // idle: the consumer waits on an empty queue
+  const producer = fork(path.join(__dirname, '..', 'wake-producer.js'), [JSON.stringify({ ...job, queue, count, gapMs })]);
+  const exited = new Promise((resolve, reject) => {
+    producer.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`the producer exited with ${code}`))));
+  });
+  await exited;
+  const deadline = setTimeout(() => controller.abort(), 10000);
+  await consuming;
+  clearTimeout(deadline);
+  controller.abort();
+  await consumer.close();
+  if (latencies.length !== count) throw new Error(`woke for ${latencies.length} of ${count}`);
+  latencies.sort((a, b) => a - b);
+  return { p50: percentile(latencies, 50), p99: percentile(latencies, 99) };
+}
+
+module.exports = { wake, wakeFromAnotherProcess, machineMs };
