@@ -46,7 +46,7 @@ pub struct ClaimAttempt {
     pub nonce: i64,
     pub span_ms: i64,
     sent: Instant,
-    rows: Mutex<Vec<HeldRow>>,
+    rows: Vec<HeldRow>,
 }
 
 impl ClaimAttempt {
@@ -57,18 +57,18 @@ impl ClaimAttempt {
             nonce: nonce.clamp(0, span_ms - 1),
             span_ms,
             sent: Instant::now(),
-            rows: Mutex::default(),
+            rows: Vec::new(),
         }
     }
 
     /// Notes the rows (with their token) the attempt is about to commit.
-    pub fn hold(&self, rows: Vec<HeldRow>) {
-        *self.rows.lock().unwrap_or_else(|p| p.into_inner()) = rows;
+    pub fn hold(&mut self, rows: Vec<HeldRow>) {
+        self.rows = rows;
     }
 
     /// The rows noted by [`ClaimAttempt::hold`] (none on PostgreSQL).
-    pub fn held(&self) -> Vec<HeldRow> {
-        self.rows.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    pub fn held(&self) -> &[HeldRow] {
+        &self.rows
     }
 
     /// How far back, from now, the attempt's statement can have run (with a margin for the
@@ -159,17 +159,6 @@ impl RecentClaims {
 
 /// How long a claim's token is remembered: past any window a release looks at.
 const RECENT: Duration = Duration::from_secs(MAX_DOUBT_WINDOW.as_secs() + 5);
-
-/// Whether a claim that failed with `err` may have committed: the connection was lost without
-/// an answer. A server's error answer (the statement was rolled back, or never ran) and a
-/// pool that gave no connection leave no doubt.
-pub fn may_have_committed(err: &sqlx::Error, failure: super::errors::Failure) -> bool {
-    failure == super::errors::Failure::Connection
-        && !matches!(
-            err,
-            sqlx::Error::Database(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
-        )
-}
 
 #[cfg(test)]
 mod tests {

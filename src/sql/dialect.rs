@@ -156,7 +156,7 @@ pub trait SqlDialect: Sized + Send + Sync + 'static {
     fn claim<'a>(
         queue: &'a TableQueue<Self>,
         limit: u32,
-        attempt: &'a ClaimAttempt,
+        attempt: &'a mut ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>>;
 
     /// Releases the rows a claim whose reply was lost may have taken: by default those it
@@ -169,7 +169,7 @@ pub trait SqlDialect: Sized + Send + Sync + 'static {
         if rows.is_empty() {
             return Box::pin(async { Ok(()) });
         }
-        Self::release(queue, held_condition(&rows, Self::TOKEN_OF))
+        Self::release(queue, held_condition(rows, Self::TOKEN_OF))
     }
 
     /// Atomically replaces row `id` by `copy`; `None` if it was gone, or if `token` is given

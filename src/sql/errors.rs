@@ -60,6 +60,21 @@ pub fn driver_error(
     }
 }
 
+/// Whether a statement that failed with `err` (classified `failure`) may have been applied:
+/// the connection was lost without an answer. A server's error answer (the statement was
+/// refused or rolled back) and a failure before anything was sent (no pooled connection, a
+/// bad configuration) leave no doubt.
+pub fn outcome_unknown(err: &sqlx::Error, failure: Failure) -> bool {
+    failure == Failure::Connection
+        && !matches!(
+            err,
+            sqlx::Error::Database(_)
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::Configuration(_)
+        )
+}
+
 /// The error for a server that accepted no connection within the connect timeout.
 pub fn no_answer(label: &str, op: &str, timeout: Duration, secrets: &[String]) -> Error {
     driver_error(

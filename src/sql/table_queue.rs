@@ -3,9 +3,10 @@
 //! dialect (first contact, retries, error reporting, id parsing, list, find, count, leases,
 //! releases, idle waits, shutdown) and hands the dialect only what is its own.
 
-use super::claim_doubt::{may_have_committed, stamp_span_ms, ClaimAttempt, InDoubt};
+use super::claim_doubt::{stamp_span_ms, ClaimAttempt, InDoubt};
 use super::dialect::{SqlDialect, TableStatements};
 use super::driver::{Driver, Param, SqlResult};
+use super::errors::outcome_unknown;
 use super::ids::{held_condition, held_rows, row_id, HeldRow};
 use super::retry::with_transient_retry;
 use super::target::SqlTarget;
@@ -99,15 +100,15 @@ impl<D: SqlDialect> TableQueue<D> {
     /// attempt that failed without an answer is kept in doubt.
     async fn claim_once(&self, limit: u32) -> SqlResult<Vec<StoredMessage>> {
         self.release_in_doubt().await;
-        let attempt = ClaimAttempt::new(stamp_span_ms(self.claim_lease()));
-        let result = D::claim(self, limit, &attempt).await;
+        let mut attempt = ClaimAttempt::new(stamp_span_ms(self.claim_lease()));
+        let result = D::claim(self, limit, &mut attempt).await;
         match &result {
             Ok(rows) => {
                 if let Some(token) = rows.first().and_then(|r| r.token) {
                     self.target.recent_claims.note(token);
                 }
             }
-            Err(err) if may_have_committed(err, D::classify(err)) => self.in_doubt.record(attempt),
+            Err(err) if outcome_unknown(err, D::classify(err)) => self.in_doubt.record(attempt),
             Err(_) => {}
         }
         result

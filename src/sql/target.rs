@@ -6,7 +6,7 @@ use super::claim_doubt::RecentClaims;
 use super::dialect::{DialectConnectOptions, OpenedTarget, SqlDialect};
 use super::driver::SqlResult;
 use super::errors::Failure;
-use super::errors::{driver_error, no_answer};
+use super::errors::{driver_error, no_answer, outcome_unknown};
 use crate::dsn::SqlDsn;
 use crate::error::{Error, Result};
 use crate::targets::FirstContact;
@@ -149,16 +149,7 @@ impl<D: SqlDialect> SqlTarget<D> {
     /// (it is not repeated blindly).
     pub fn write_error(&self, op: &str, what: &str, err: &sqlx::Error) -> Error {
         let mut error = self.error(op, err);
-        // An error response means the server refused the statement (it did not run); only a
-        // connection lost without an answer leaves the outcome unknown.
-        let answered_or_unsent = matches!(
-            err,
-            sqlx::Error::Database(_)
-                | sqlx::Error::PoolTimedOut
-                | sqlx::Error::PoolClosed
-                | sqlx::Error::Configuration(_)
-        );
-        if D::classify(err) == Failure::Connection && !answered_or_unsent {
+        if outcome_unknown(err, D::classify(err)) {
             error.message = format!(
                 "{} (the connection was lost with the outcome unknown: {what} may have been stored; it was not sent again)",
                 error.message

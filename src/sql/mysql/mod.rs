@@ -167,7 +167,7 @@ impl SqlDialect for MySql {
     fn claim<'a>(
         queue: &'a TableQueue<Self>,
         limit: u32,
-        attempt: &'a ClaimAttempt,
+        attempt: &'a mut ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>> {
         Box::pin(async move {
             let mut tx = queue.target.pool.begin().await?;

@@ -176,7 +176,7 @@ impl SqlDialect for Postgres {
     fn claim<'a>(
         queue: &'a TableQueue<Self>,
         limit: u32,
-        attempt: &'a ClaimAttempt,
+        attempt: &'a mut ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>> {
         Box::pin(async move {
             let rows = sqlx::query(&queue.sql.claim)

@@ -151,7 +151,7 @@ impl SqlDialect for Sqlite {
     fn claim<'a>(
         queue: &'a TableQueue<Self>,
         limit: u32,
-        _attempt: &'a ClaimAttempt,
+        _attempt: &'a mut ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>> {
         Box::pin(async move {
             let rows = sqlx::query(&queue.sql.claim)
