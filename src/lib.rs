@@ -19,6 +19,7 @@ pub mod outage;
 pub mod prefetch;
 pub mod queue;
 pub mod redis;
+pub mod runtime;
 pub mod sql;
 pub mod stats;
 pub mod targets;
@@ -39,6 +40,15 @@ mod exports {
     use sql::QueueConfig;
     use std::sync::Arc;
     use std::time::Duration;
+
+    /// Hands napi-rs our runtime before its first async call; should it fail to build, napi-rs
+    /// builds its default one.
+    #[napi_derive::module_init]
+    fn init() {
+        if let Ok(built) = runtime::build() {
+            napi::bindgen_prelude::create_custom_tokio_runtime(built);
+        }
+    }
 
     /// Options of a native SQL queue, already defaulted by the JavaScript wrapper.
     #[napi(object)]
