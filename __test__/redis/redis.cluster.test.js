@@ -355,6 +355,34 @@ describe('slot migration', () => {
     await migrationScenario({ pauseLoop: false });
   }, 30000);
 
+  test('a send answered by redirects the client gives up on (keys moved, target not yet importing) is sent again once the slot settles: stored once', async () => {
+    const fromPort = cluster.ports[0];
+    const toPort = cluster.ports[1];
+    const { stream, slot } = await streamOwnedBy(fromPort, 'redirect-loop');
+    const sender = clusterTransport(stream);
+    await sender.send(message(1));
+    const [fromId, toId] = [cluster.idOf(fromPort), cluster.idOf(toPort)];
+    // The source migrating and its keys moved, but the target not importing: the source
+    // answers ASK, the target MOVED back, until the target takes the slot.
+    await nodeCommand(fromPort, 'CLUSTER', 'SETSLOT', String(slot), 'MIGRATING', toId);
+    await nodeCommand(toPort, 'CLUSTER', 'SETSLOT', String(slot), 'IMPORTING', fromId);
+    await nodeCommand(fromPort, 'MIGRATE', '127.0.0.1', String(toPort), '', '0', '5000', 'KEYS', stream);
+    await nodeCommand(toPort, 'CLUSTER', 'SETSLOT', String(slot), 'STABLE');
+    const sending = sender.send(message(2)).then(
+      (envelope) => ({ envelope }),
+      (error) => ({ error }),
+    );
+    await sleep(60);
+    await nodeCommand(toPort, 'CLUSTER', 'SETSLOT', String(slot), 'IMPORTING', fromId);
+    const outcome = await sending;
+    expect(outcome.error).toBeUndefined();
+    expect(idOf(outcome.envelope)).toMatch(STREAM_ID);
+    for (const port of cluster.ports) await nodeCommand(port, 'CLUSTER', 'SETSLOT', String(slot), 'NODE', toId);
+    await cluster.waitOwner(slot, toPort);
+    expect(await nodeCommand(toPort, 'XLEN', stream)).toBe(2);
+    await sender.close();
+  }, 30000);
+
   test('the stream\'s slot moves while the consumer transport is open but its get() loop paused: sends follow ASK/MOVED, the pending entry and delayed zset move along', async () => {
     await migrationScenario({ pauseLoop: true });
   }, 30000);

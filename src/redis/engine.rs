@@ -9,6 +9,7 @@ use super::errors::classify;
 use super::replies::{as_i64, complete, is_stream_id, parse_entries};
 use super::slot;
 use super::writes::SendBatch;
+use crate::backoff::Backoff;
 use crate::dsn::RedisDsn;
 use crate::engine::{Engine, Held, NewMessage, StoredMessage};
 use crate::error::{ErrorKind, Result};
@@ -21,6 +22,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+
+/// How often a one-command send answered by a cluster redirect is sent again, and the pauses
+/// between (about 0.3 s in all: a slot's keys move in milliseconds).
+const MAX_REDIRECT_RESENDS: u32 = 5;
+const REDIRECT_PAUSE: Duration = Duration::from_millis(10);
+const MAX_REDIRECT_PAUSE: Duration = Duration::from_millis(160);
 
 /// Options of one stream consumer.
 #[derive(Debug, Clone)]
@@ -197,12 +204,24 @@ impl Engine for RedisQueue {
             // re-sent (the server may still be working on it; the error says it may have been
             // stored).
             let batch = SendBatch::new(&self.config.stream, &messages, self.config.connect.cluster);
-            let ids = match self.insert_once(&messages, &batch).await {
-                Err(failure) if failure.dropped && self.contacted.load(Ordering::Acquire) => self
-                    .insert_once(&messages, &batch)
-                    .await
-                    .map_err(|f| f.error)?,
-                other => other.map_err(|f| f.error)?,
+            // A redirect proves the command did not run: it is sent again, with backoff,
+            // while a migrating slot settles (the client follows only a couple by itself).
+            let mut redirects = Backoff::new(REDIRECT_PAUSE, MAX_REDIRECT_PAUSE);
+            let (mut redirected, mut resent) = (0, false);
+            let ids = loop {
+                match self.insert_once(&messages, &batch).await {
+                    Ok(ids) => break ids,
+                    Err(failure) if failure.redirected && redirected < MAX_REDIRECT_RESENDS => {
+                        redirected += 1;
+                        tokio::time::sleep(redirects.next_pause()).await;
+                    }
+                    Err(failure)
+                        if failure.dropped && !resent && self.contacted.load(Ordering::Acquire) =>
+                    {
+                        resent = true;
+                    }
+                    Err(failure) => return Err(failure.error),
+                }
             };
             if let Some(earliest) = messages
                 .iter()

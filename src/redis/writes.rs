@@ -55,6 +55,10 @@ pub(super) struct InsertFailure {
     /// the server dropped while it sat idle fails the first command sent on it. A timeout is
     /// not this: the commands may have run.
     pub dropped: bool,
+    /// A batch of one command was answered by a cluster redirect (MOVED, ASK, TRYAGAIN,
+    /// CLUSTERDOWN) the client did not follow through: it did not run, and may be sent again
+    /// once the slot has settled.
+    pub redirected: bool,
 }
 
 impl From<Error> for InsertFailure {
@@ -62,6 +66,7 @@ impl From<Error> for InsertFailure {
         Self {
             error,
             dropped: false,
+            redirected: false,
         }
     }
 }
@@ -84,7 +89,19 @@ impl RedisQueue {
         let one_command = messages.len() == 1;
         let sent = |e: &redis::RedisError| {
             let error = self.err("send", e);
-            if error.is_transient_connection() {
+            if one_command && e.is_cluster_error() {
+                InsertFailure {
+                    error: Error {
+                        message: format!(
+                            "{} (the cluster kept redirecting the send: nothing was stored)",
+                            error.message
+                        ),
+                        ..error
+                    },
+                    dropped: false,
+                    redirected: true,
+                }
+            } else if error.is_transient_connection() {
                 InsertFailure {
                     error: Error {
                         message: format!(
@@ -93,8 +110,8 @@ impl RedisQueue {
                         ),
                         ..error
                     },
-                    dropped: (e.is_connection_dropped() && !e.is_timeout())
-                        || (one_command && e.is_cluster_error()),
+                    dropped: e.is_connection_dropped() && !e.is_timeout(),
+                    redirected: false,
                 }
             } else {
                 error.into()
