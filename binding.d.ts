@@ -21,10 +21,21 @@ export declare class NativeQueue {
   /** Creates the table and index if missing (always runs; refreshes the autoSetup memo). */
   setup(): Promise<void>
   /**
-   * Stores one message; sends in flight together share one INSERT and keep the order
-   * of the calls. Resolves to the new id.
+   * Sets where sends settle: `callback` receives every batch of settled sends (once;
+   * later calls are ignored). Call before the first `sendQueued`.
    */
-  send(body: string, headers: string, delayMs: number): Promise<string>
+  onSendsSettled(callback: (arg: SettledSends) => void): void
+  /**
+   * Stores one message as send `seq`; sends in flight together share one INSERT and
+   * keep the order of the calls. The id (or the failure) comes back through the
+   * `onSendsSettled` callback; a message the storage is known to refuse throws here.
+   */
+  sendQueued(seq: number, body: string, headers: string, delayMs: number): void
+  /**
+   * Keeps the event loop alive while JavaScript waits on sends (from the first one
+   * queued until the last one settled); `false` lets it go.
+   */
+  holdLoop(hold: boolean): void
   /** The next prefetched message, or null when the buffer is empty. Never waits. */
   take(): NativeMessage | null
   /**
@@ -170,6 +181,16 @@ export interface RedisQueueOptions {
   /** PEM certificate(s) to trust for `rediss://`, instead of the system's roots. */
   tlsCa?: string
   connectTimeoutMs: number
+}
+
+/**
+ * Sends that settled together, by the sequence numbers JavaScript gave them: for each,
+ * its id, or the error (coded as every native error is) it failed with.
+ */
+export interface SettledSends {
+  seqs: Array<number>
+  ids: Array<string | undefined | null>
+  errors: Array<string | undefined | null>
 }
 
 /**

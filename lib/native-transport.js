@@ -8,6 +8,7 @@ const {
 } = require('@schally/nestjs-messenger');
 const { native, nativeSync } = require('./errors');
 const { SettleTracker } = require('./settle-tracker');
+const { SendPipe } = require('./send-pipe');
 const { encodeEnvelope, decodeStored } = require('./envelope-codec');
 const { EventLog } = require('./event-log');
 const { positiveNumber } = require('./option-checks');
@@ -29,6 +30,8 @@ class NativeTransport {
   #label;
   #writeBehind;
   #settles = new SettleTracker();
+  /** @type {SendPipe} */
+  #sends;
   #closing = false;
   #closed = undefined;
   #activeLoops = 0;
@@ -45,6 +48,7 @@ class NativeTransport {
    */
   constructor(queue, { serializer, name, label, ackMode, messaging, logger }) {
     this.#queue = queue;
+    this.#sends = new SendPipe(queue);
     this.#writeBehind = ackMode === 'write-behind';
     this.#serializer = serializer;
     this.#name = name;
@@ -66,8 +70,7 @@ class NativeTransport {
     const { body, headers, delayMs } = encodeEnvelope(this.#serializer, envelope);
     // Queued synchronously (sends keep their call order); a message the storage is known to
     // refuse throws here, before anything is written.
-    const sending = nativeSync(() => this.#queue.send(body, headers, delayMs));
-    const tracked = this.#settles.track(native(sending));
+    const tracked = this.#settles.track(this.#sends.send(body, headers, delayMs));
     const id = await (this.#telemetry ? this.#telemetry.send(tracked) : tracked);
     return envelope.with(new TransportMessageIdStamp(id));
   }

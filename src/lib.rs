@@ -8,6 +8,7 @@ extern crate napi_derive;
 
 pub mod backoff;
 pub mod batch;
+pub mod completions;
 pub mod diagnostics;
 pub mod dsn;
 pub mod durations;
@@ -34,7 +35,7 @@ mod exports {
     use super::*;
     use engine::{NewMessage, StoredMessage};
     use error::Error;
-    use napi::bindgen_prelude::{within_runtime_if_available, PromiseRaw};
+    use napi::bindgen_prelude::within_runtime_if_available;
     use napi::Env;
     use queue::Queue;
     use sql::QueueConfig;
@@ -205,6 +206,54 @@ mod exports {
     #[napi]
     pub struct NativeQueue {
         queue: Arc<Queue>,
+        /// Where sends settle (see `completions`), from the first `onSendsSettled` call.
+        sends: std::sync::Mutex<Option<SendReporter>>,
+    }
+
+    /// Sends that settled together, by the sequence numbers JavaScript gave them: for each,
+    /// its id, or the error (coded as every native error is) it failed with.
+    #[napi(object)]
+    pub struct SettledSends {
+        pub seqs: Vec<u32>,
+        pub ids: Vec<Option<String>>,
+        pub errors: Vec<Option<String>>,
+    }
+
+    type SettledTsfn = napi::threadsafe_function::ThreadsafeFunction<
+        Vec<completions::Settled<String>>,
+        (),
+        SettledSends,
+        napi::Status,
+        false,
+        true,
+    >;
+
+    struct SendReporter {
+        completions: completions::Completions<String>,
+        /// Weak (it keeps no event loop alive) except while JavaScript waits on a send.
+        tsfn: Arc<std::sync::Mutex<SettledTsfn>>,
+    }
+
+    fn settled_sends(batch: Vec<completions::Settled<String>>) -> SettledSends {
+        let mut settled = SettledSends {
+            seqs: Vec::with_capacity(batch.len()),
+            ids: Vec::with_capacity(batch.len()),
+            errors: Vec::with_capacity(batch.len()),
+        };
+        for (seq, result) in batch {
+            settled.seqs.push(seq);
+            match result {
+                Ok(id) => {
+                    settled.ids.push(Some(id));
+                    settled.errors.push(None);
+                }
+                Err(err) => {
+                    settled.ids.push(None);
+                    settled.errors.push(Some(err.boundary_message()));
+                }
+            }
+        }
+        settled
     }
 
     #[napi]
@@ -238,6 +287,7 @@ mod exports {
                 sql::open_engine(&dsn, config)
             })?;
             Ok(Self {
+                sends: std::sync::Mutex::new(None),
                 queue: Arc::new(Queue::new(
                     engine,
                     options.auto_setup,
@@ -282,6 +332,7 @@ mod exports {
                 redis::RedisQueue::open(&dsn, config).map(Arc::new)
             })?;
             Ok(Self {
+                sends: std::sync::Mutex::new(None),
                 queue: Arc::new(Queue::new(engine, true, first_batch)),
             })
         }
@@ -292,21 +343,74 @@ mod exports {
             Ok(self.queue.setup().await?)
         }
 
-        /// Stores one message; sends in flight together share one INSERT and keep the order
-        /// of the calls. Resolves to the new id.
-        #[napi(ts_return_type = "Promise<string>", catch_unwind)]
-        pub fn send<'env>(
+        /// Sets where sends settle: `callback` receives every batch of settled sends (once;
+        /// later calls are ignored). Call before the first `sendQueued`.
+        #[napi(catch_unwind)]
+        pub fn on_sends_settled(
             &self,
-            env: &'env Env,
+            callback: napi::bindgen_prelude::Function<'_, SettledSends, ()>,
+        ) -> napi::Result<()> {
+            let mut sends = self.sends.lock().unwrap_or_else(|p| p.into_inner());
+            if sends.is_some() {
+                return Ok(());
+            }
+            let tsfn: SettledTsfn = callback
+                .build_threadsafe_function::<Vec<completions::Settled<String>>>()
+                .callee_handled::<false>()
+                .weak::<true>()
+                .build_callback(|ctx| Ok(settled_sends(ctx.value)))?;
+            let tsfn = Arc::new(std::sync::Mutex::new(tsfn));
+            let reporter = tsfn.clone();
+            let completions = within_runtime_if_available(|| {
+                completions::Completions::start(move |batch| {
+                    // Fails only once the environment is tearing down: nobody is waiting.
+                    let reporter = reporter.lock().unwrap_or_else(|p| p.into_inner());
+                    let _ = reporter.call(
+                        batch,
+                        napi::threadsafe_function::ThreadsafeFunctionCallMode::NonBlocking,
+                    );
+                })
+            });
+            *sends = Some(SendReporter { completions, tsfn });
+            Ok(())
+        }
+
+        /// Stores one message as send `seq`; sends in flight together share one INSERT and
+        /// keep the order of the calls. The id (or the failure) comes back through the
+        /// `onSendsSettled` callback; a message the storage is known to refuse throws here.
+        #[napi(catch_unwind)]
+        pub fn send_queued(
+            &self,
+            seq: u32,
             body: String,
             headers: String,
             delay_ms: f64,
-        ) -> napi::Result<PromiseRaw<'env, String>> {
+        ) -> napi::Result<()> {
             let message = NewMessage::new(body, headers, delay_ms);
-            // Queued here, on the calling thread: the order of send() calls is the order of
-            // the rows.
+            let sends = self.sends.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(reporter) = sends.as_ref() else {
+                return Err(Error::transport("sendQueued() before onSendsSettled().").into());
+            };
+            // Queued here, on the calling thread: the order of calls is the order of the rows.
             let stored = within_runtime_if_available(|| self.queue.send(message))?;
-            env.spawn_future(async move { Ok(stored.await?) })
+            Ok(reporter.completions.push(seq, stored)?)
+        }
+
+        /// Keeps the event loop alive while JavaScript waits on sends (from the first one
+        /// queued until the last one settled); `false` lets it go.
+        #[napi(catch_unwind)]
+        #[allow(deprecated)] // napi-rs's own way to (un)ref a threadsafe function.
+        pub fn hold_loop(&self, env: &Env, hold: bool) -> napi::Result<()> {
+            let mut sends = self.sends.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(reporter) = sends.as_mut() {
+                let mut tsfn = reporter.tsfn.lock().unwrap_or_else(|p| p.into_inner());
+                if hold {
+                    tsfn.refer(env)?;
+                } else {
+                    tsfn.unref(env)?;
+                }
+            }
+            Ok(())
         }
 
         /// The next prefetched message, or null when the buffer is empty. Never waits.

@@ -1,0 +1,57 @@
+'use strict';
+
+const { fromNative, nativeSync } = require('./errors');
+
+/**
+ * A queue's sends as promises, settled in batches: each send is queued by a sync native call
+ * under a sequence number, and the native side reports every send that settled meanwhile in
+ * one callback (see src/completions.rs). While a send is waited on, the native callback keeps
+ * the event loop alive, as a pending native promise would.
+ */
+class SendPipe {
+  #queue;
+  #next = 0;
+  /** @type {Map<number, { resolve: (id: string) => void, reject: (error: Error) => void }>} */
+  #waiting = new Map();
+  #started = false;
+
+  /** @param {object} queue the native queue (binding's NativeQueue) */
+  constructor(queue) {
+    this.#queue = queue;
+  }
+
+  /**
+   * Queues one message now (sends keep their call order) and resolves to its id. A message the
+   * storage is known to refuse throws here, before anything is written.
+   * @param {string} body
+   * @param {string} headers
+   * @param {number} delayMs
+   * @returns {Promise<string>}
+   */
+  send(body, headers, delayMs) {
+    if (!this.#started) {
+      nativeSync(() => this.#queue.onSendsSettled((settled) => this.#settle(settled)));
+      this.#started = true;
+    }
+    const seq = this.#next;
+    this.#next = (this.#next + 1) >>> 0;
+    nativeSync(() => this.#queue.sendQueued(seq, body, headers, delayMs));
+    if (this.#waiting.size === 0) this.#queue.holdLoop(true);
+    return new Promise((resolve, reject) => this.#waiting.set(seq, { resolve, reject }));
+  }
+
+  /** @param {{ seqs: number[], ids: Array<string | null>, errors: Array<string | null> }} settled */
+  #settle({ seqs, ids, errors }) {
+    for (let i = 0; i < seqs.length; i += 1) {
+      const waiter = this.#waiting.get(seqs[i]);
+      if (waiter === undefined) continue;
+      this.#waiting.delete(seqs[i]);
+      const error = errors[i];
+      if (error === null || error === undefined) waiter.resolve(/** @type {string} */ (ids[i]));
+      else waiter.reject(fromNative(new Error(error)));
+    }
+    if (this.#waiting.size === 0) this.#queue.holdLoop(false);
+  }
+}
+
+module.exports = { SendPipe };
