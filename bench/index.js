@@ -10,7 +10,7 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { markdown, svg, median } = require('./report');
-const { postgresClaimDeleteLimit, redisXaddLimit } = require('./limits');
+const { limitRuns, measureLimits, limitSection } = require('./limit-report');
 const { ENGINES } = require('./engines');
 const { RUNS } = require('./targets');
 const { Progress } = require('../scripts/progress');
@@ -73,12 +73,13 @@ async function main() {
     (sum, engine) => sum + Object.keys(RUNS).length * (ENGINES[engine].upstream ? 2 : 1) + (options.deep > 0 ? 1 : 0),
     0,
   );
-  const progress = new Progress(options.rounds * runsPerRound, process.stderr);
+  const runsInAll = options.rounds * runsPerRound + limitRuns(options);
+  const progress = new Progress(runsInAll, process.stderr);
   let runsDone = 0;
   const ran = (label, result) => {
     runsDone += 1;
     if (result !== undefined) progress.log(`${label}: ${JSON.stringify(result)}`);
-    progress.update(runsDone, `${runsDone}/${options.rounds * runsPerRound} runs, last: ${label}`);
+    progress.update(runsDone, `${runsDone}/${runsInAll} runs, last: ${label}`);
   };
   for (let round = 1; round <= options.rounds; round += 1) {
     for (const engine of options.engines) {
@@ -100,6 +101,8 @@ async function main() {
       }
     }
   }
+  // After every workload run, so the limits' prefills do not load the servers under them.
+  const measuredLimits = options.limits ? await measureLimits(options, ran) : {};
   progress.end();
   const extras = [];
   if (options.deep > 0) {
@@ -112,15 +115,13 @@ async function main() {
     }
     extras.push(lines);
   }
-  if (options.limits && options.engines.includes('postgres')) {
-    const limit = await postgresClaimDeleteLimit(RUNS.consume.n);
-    const native = median((results.postgres?.consume?.native ?? []).map((r) => r.rate));
-    extras.push([
-      '## Engine limits',
-      '',
-      `- PostgreSQL claim-100-and-delete (pgbench, depth ${RUNS.consume.n}): ${limit.toFixed(0)} rows/s; native B1 is ${((native / limit) * 100).toFixed(0)}% of it (target ≥ 60%).`,
-      ...(options.engines.includes('redis') ? [`- Redis pipelined XADD (redis-benchmark -P 16): ${redisXaddLimit().toFixed(0)} commands/s.`] : []),
-    ]);
+  let limits;
+  if (options.limits) {
+    const nativeAt = (engine, depth) =>
+      median((depth === RUNS.consume.n ? (results[engine]?.consume?.native ?? []) : deep[engine]).map((r) => r.rate));
+    const section = limitSection(options, measuredLimits, nativeAt);
+    if (section.lines.length > 0) extras.push(section.lines);
+    limits = section.figures;
   }
   if (options.soak > 0) {
     const soak = runOne({ engine: 'postgres', impl: 'native', workload: 'soak', n: options.soak });
@@ -131,7 +132,7 @@ async function main() {
   const report = markdown(results, extras, machine());
   fs.writeFileSync(path.join(outDir, 'report.md'), report);
   fs.writeFileSync(path.join(outDir, 'chart.svg'), svg(results));
-  fs.writeFileSync(path.join(outDir, 'raw.json'), `${JSON.stringify({ results, deep }, null, 2)}\n`);
+  fs.writeFileSync(path.join(outDir, 'raw.json'), `${JSON.stringify({ results, deep, limits }, null, 2)}\n`);
   process.stdout.write(report);
 }
 

@@ -1,51 +1,33 @@
 'use strict';
 
-const { execFileSync } = require('node:child_process');
-const fs = require('node:fs');
-const os = require('node:os');
-const path = require('node:path');
-const { prefill } = require('./prefill');
-const { ENGINES } = require('./engines');
-const { freshName, transportFactory } = require('./transports');
+// The engine limits the benchmark sets the native figures against, measured in the same run:
+// each engine driven straight (pgbench, or one driver connection) with the native transport's
+// own consume statements, and Redis's raw XADD capacity.
 
-function pgbenchPath() {
-  const root = '/usr/lib/postgresql';
-  for (const version of fs.existsSync(root) ? fs.readdirSync(root).sort().reverse() : []) {
-    const candidate = path.join(root, version, 'bin', 'pgbench');
-    if (fs.existsSync(candidate)) return candidate;
-  }
-  return 'pgbench';
-}
+const { execFileSync } = require('node:child_process');
+const { ENGINES } = require('./engines');
+const { freshName } = require('./transports');
+const { postgresOwnStatementsLimit } = require('./limit-postgres');
+const { mysqlOwnStatementsLimit } = require('./limit-mysql');
+const { redisOwnCommandsLimit } = require('./limit-redis');
+
+/** Per engine: what its limit runs (for the report) and the measurement. */
+const OWN_STATEMENTS = {
+  postgres: { label: 'pgbench, claim stamping delivered_at + fenced batched DELETE', measure: postgresOwnStatementsLimit },
+  mysql: { label: 'mysql2, BEGIN; SELECT … FOR UPDATE SKIP LOCKED; UPDATE delivered_at; COMMIT + batched DELETE', measure: mysqlOwnStatementsLimit },
+  redis: { label: 'ioredis, promote script + XREADGROUP + settle script (XACK + XDEL)', measure: redisOwnCommandsLimit },
+};
 
 /**
- * The engine's own capacity for the claim-and-delete work, driven straight at PostgreSQL by
- * pgbench: each transaction claims 100 due rows with upstream's predicate and order
- * (SKIP LOCKED) and deletes them. Rows/s at the given queue depth.
+ * The engine's capacity for the native transport's own consume statements: one client,
+ * claims of `batch` and the batched delete of each, draining `depth` prefilled messages.
+ * Resolves `{ engine, depth, rows, seconds, rowsPerSecond }`.
+ * @param {'postgres' | 'mysql' | 'redis'} engine
+ * @param {number} depth
+ * @param {number} [batch]
  */
-async function postgresClaimDeleteLimit(depth) {
-  const queue = freshName('limit');
-  const factory = transportFactory('postgres', 'native', queue);
-  const t = factory();
-  await t.setup();
-  await t.close();
-  await prefill('postgres', queue, depth, factory);
-  const script = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'nmn-pgbench-')), 'claim.sql');
-  fs.writeFileSync(
-    script,
-    `WITH c AS (SELECT id FROM messenger_messages WHERE queue_name = '${queue}' AND available_at <= now() ` +
-      `AND (delivered_at IS NULL OR delivered_at < now() - make_interval(secs => 3600)) ` +
-      `ORDER BY available_at, id LIMIT 100 FOR UPDATE SKIP LOCKED) ` +
-      `DELETE FROM messenger_messages m USING c WHERE m.id = c.id;\n`,
-  );
-  const url = new URL(ENGINES.postgres.dsn);
-  const transactions = Math.floor(depth / 100);
-  const output = execFileSync(
-    pgbenchPath(),
-    ['-n', '-f', script, '-t', String(transactions), '-c', '1', '-h', url.hostname, '-p', url.port || '5432', '-U', decodeURIComponent(url.username || 'postgres'), url.pathname.slice(1)],
-    { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] },
-  );
-  const tps = Number(/tps = ([\d.]+)/.exec(output)?.[1]);
-  return tps * 100;
+function ownStatementsLimit(engine, depth, batch = 100) {
+  return OWN_STATEMENTS[engine].measure(depth, batch);
 }
 
 /** Redis's own capacity for pipelined XADD (redis-benchmark, 16 commands per round trip). */
@@ -61,4 +43,11 @@ function redisXaddLimit() {
   return Number(/([\d.]+) requests per second/.exec(output)?.[1]);
 }
 
-module.exports = { postgresClaimDeleteLimit, redisXaddLimit };
+module.exports = {
+  OWN_STATEMENTS,
+  ownStatementsLimit,
+  postgresOwnStatementsLimit,
+  mysqlOwnStatementsLimit,
+  redisOwnCommandsLimit,
+  redisXaddLimit,
+};

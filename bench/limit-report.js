@@ -1,0 +1,96 @@
+'use strict';
+
+// The benchmark's "Engine limits": each engine's own-statements limit measured in the run, at
+// B1's depth and at the deep run's, and native B1 as a share of it (issue 12: ≥ 60%).
+
+const { OWN_STATEMENTS, ownStatementsLimit, redisXaddLimit } = require('./limits');
+const { median } = require('./report');
+const { RUNS } = require('./targets');
+
+/** The share of the limit native B1 should reach, in percent. */
+const TARGET_PERCENT = 60;
+/** Claim sizes limits are measured at: 100, and about the transport's largest (1,024). */
+const BATCHES = [100, 1000];
+
+/** The depths limits are measured at: B1's, and the deep B1 run's when there is one. */
+function limitDepths(options) {
+  return [...new Set([RUNS.consume.n, ...(options.deep > 0 ? [options.deep] : [])])];
+}
+
+/** The engines of this run that have an own-statements limit. */
+function limitEngines(options) {
+  return options.engines.filter((engine) => engine in OWN_STATEMENTS);
+}
+
+/** How many limit measurements `measureLimits` makes (for the progress bar). */
+function limitRuns(options) {
+  return options.limits ? options.rounds * limitEngines(options).length * limitDepths(options).length * BATCHES.length : 0;
+}
+
+/**
+ * Each engine's limit at each depth, once a round (a run at 3,000 lasts ~0.1 s: medians, as
+ * for the native figures). A failed measurement is said on stderr and left out.
+ * @param {{ rounds: number, engines: string[], deep: number }} options
+ * @param {(label: string, result: object | undefined) => void} ran
+ * @returns {Promise<Record<string, Record<number, object[]>>>}
+ */
+async function measureLimits(options, ran) {
+  const measured = {};
+  for (let round = 1; round <= options.rounds; round += 1) {
+    for (const engine of limitEngines(options)) {
+      for (const depth of limitDepths(options)) {
+        for (const batch of BATCHES) {
+          let result;
+          try {
+            result = await ownStatementsLimit(engine, depth, batch);
+            (((measured[engine] ??= {})[depth] ??= {})[batch] ??= []).push(result);
+          } catch (error) {
+            process.stderr.write(`${engine} limit at ${depth} by ${batch} failed: ${error.message.split('\n')[0]}\n`);
+          }
+          ran(`round ${round} ${engine} limit@${depth} by ${batch}`, result);
+        }
+      }
+    }
+  }
+  return measured;
+}
+
+/**
+ * The report's section and the figures for raw.json: per engine and depth, the median limit
+ * (rows/s), the runs behind it, native B1's median rate at that depth and its share of the
+ * limit. `nativeAt(engine, depth)` is native B1's median rate (NaN where not run). No lines
+ * when the run has no engine with a limit.
+ */
+function limitSection(options, measured, nativeAt) {
+  const depths = limitDepths(options);
+  const figures = { batches: BATCHES, targetPercent: TARGET_PERCENT, ownStatements: {} };
+  if (limitEngines(options).length === 0) return { lines: [], figures };
+  const columns = depths.flatMap((depth) => BATCHES.map((batch) => ({ depth, batch })));
+  const lines = [
+    '## Engine limits',
+    '',
+    `One client driving the engine with the native transport's own consume statements (claims of ${BATCHES.join(' or ')} rows, each followed by the batched delete of its rows) on a queue prefilled as for B1; median of the run's measurements. Native B1 (whose claims grow to 1,024) as a share of it (target ≥ ${TARGET_PERCENT}%).`,
+    '',
+    `| engine | statements | ${columns.map(({ depth, batch }) => `limit rows/s at ${depth}, claims of ${batch} | native B1 ÷ it`).join(' | ')} |`,
+    `|---|---|${columns.map(() => '---|---|').join('')}`,
+  ];
+  for (const engine of limitEngines(options)) {
+    const cells = [];
+    for (const { depth, batch } of columns) {
+      const runs = (measured[engine]?.[depth]?.[batch] ?? []).map((r) => r.rowsPerSecond);
+      const limit = median(runs);
+      const native = nativeAt(engine, depth);
+      const percent = (native / limit) * 100;
+      ((figures.ownStatements[engine] ??= {})[depth] ??= {})[batch] = { limit, runs, native, percent };
+      cells.push(Number.isFinite(limit) ? limit.toFixed(0) : '–', Number.isFinite(percent) ? `${percent.toFixed(0)}%` : '–');
+    }
+    lines.push(`| ${engine} | ${OWN_STATEMENTS[engine].label} | ${cells.join(' | ')} |`);
+  }
+  if (options.engines.includes('redis')) {
+    figures.redisXaddPerSecond = redisXaddLimit();
+    lines.push('', `Redis pipelined XADD (redis-benchmark -P 16): ${figures.redisXaddPerSecond.toFixed(0)} commands/s.`);
+  }
+  return { lines, figures };
+}
+
+module.exports = { limitRuns, measureLimits, limitSection };
