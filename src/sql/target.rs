@@ -86,6 +86,14 @@ impl<D: SqlDialect> SqlTarget<D> {
         };
         self.first_contact
             .ensure(|| async {
+                // The pool opens its first connection meanwhile, instead of after the probe:
+                // the first statement then waits for one connect, not two. (A pool connect that
+                // fails gives up by itself: at once on a refusal by the server, within the
+                // connect timeout on a refused port.)
+                let pool = self.pool.clone();
+                tokio::spawn(async move {
+                    let _ = pool.acquire().await;
+                });
                 let mut conn =
                     match tokio::time::timeout(self.connect_timeout, probe.connect()).await {
                         Ok(Ok(conn)) => conn,
