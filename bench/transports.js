@@ -9,10 +9,13 @@ const { serializer } = require('./message');
 /** A table/queue/stream name of its own for one run. */
 const freshName = uniqueName;
 
+/** Names the SQLite file a child process (the cross-process wake-up's producer) shares. */
+const SQLITE_FILE_VAR = 'NMN_BENCH_SQLITE_DSN';
+
 let sqliteFile;
-/** The one SQLite file of this benchmark process. */
+/** The one SQLite file of this benchmark process (its parent's, when it has one). */
 function sqliteDsn() {
-  sqliteFile ??= sqlite.temporaryDsn('nmn-bench');
+  sqliteFile ??= process.env[SQLITE_FILE_VAR] ?? sqlite.temporaryDsn('nmn-bench');
   return sqliteFile;
 }
 
@@ -29,4 +32,4 @@ function transportFactory(engine, impl, queue) {
   return () => new SqlTransport({ dsn, queueName: queue, name: 'bench', serializer: serializer() });
 }
 
-module.exports = { freshName, transportFactory, sqliteDsn };
+module.exports = { freshName, transportFactory, sqliteDsn, SQLITE_FILE_VAR };

@@ -6,6 +6,7 @@ const { performance } = require('node:perf_hooks');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { Envelope } = require('@schally/nestjs-messenger');
 const { BenchMessage } = require('../message');
+const { sqliteDsn, SQLITE_FILE_VAR } = require('../transports');
 
 function percentile(sorted, p) {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
@@ -64,7 +65,11 @@ async function wakeFromAnotherProcess({ makeTransport, job, queue, count = 300, 
     }
   })();
   await sleep(500); // idle: the consumer waits on an empty queue
-  const producer = fork(path.join(__dirname, '..', 'wake-producer.js'), [JSON.stringify({ ...job, queue, count, gapMs })]);
+  // On SQLite the producer must write to this process's file, not a fresh one of its own.
+  const env = job.engine === 'sqlite' ? { ...process.env, [SQLITE_FILE_VAR]: sqliteDsn() } : process.env;
+  const producer = fork(path.join(__dirname, '..', 'wake-producer.js'), [JSON.stringify({ ...job, queue, count, gapMs })], {
+    env,
+  });
   const exited = new Promise((resolve, reject) => {
     producer.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`the producer exited with ${code}`))));
   });
