@@ -168,6 +168,8 @@ describe('streams on slots of each of the three masters (DSN seed: the first mas
 
     await ack(receiver, copy);
     await ack(receiver, delayed);
+    // Acks are written behind: getMessageCount() waits for them, so the server is read after.
+    expect(await receiver.getMessageCount()).toBe(0);
     expect(await pendingCount(ownerPort, stream)).toBe(0);
     expect(await nodeCommand(ownerPort, 'XLEN', stream)).toBe(0);
     expect(await nodeCommand(ownerPort, 'ZCARD', delayKey)).toBe(0);
@@ -346,6 +348,8 @@ describe('slot migration', () => {
     }
     await consumer.stop();
 
+    // Acks are written behind: getMessageCount() waits for them, so the server is read after.
+    expect(await consumerTransport.getMessageCount()).toBe(0);
     expect(await pendingCount(toPort, stream)).toBe(0);
     expect(await nodeCommand(toPort, 'XLEN', stream)).toBe(0);
     expect(await nodeCommand(toPort, 'ZCARD', delayKey)).toBe(0);
