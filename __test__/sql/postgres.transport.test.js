@@ -57,3 +57,60 @@ describe('messages PostgreSQL text cannot hold', () => {
     }
   });
 });
+
+describe('what a connection does where the DSN is silent', () => {
+  class Blob {
+    constructor(text) {
+      this.text = text;
+    }
+  }
+  const serializer = new JsonSerializer([Blob]);
+  // About 120 KB of order lines: both methods compress it.
+  const bigText = Array.from({ length: 3000 }, (_, i) => `{"line":${i},"sku":"item-${i % 50}","qty":${i % 7}}`).join(',');
+  const admin = postgres.testAdmin();
+
+  async function storedCompression(dsn) {
+    const tableName = uniqueName('toast');
+    const t = new SqlTransport({ dsn, tableName, serializer });
+    try {
+      await t.send(new Envelope(new Blob(bigText)));
+      const rows = await admin.query(`SELECT pg_column_compression(body) AS method, body FROM ${tableName}`);
+      expect(rows).toHaveLength(1);
+      // Upstream's driver reads the value back as it was sent, whatever the method.
+      expect(JSON.parse(rows[0].body).text).toBe(bigText);
+      return rows[0].method;
+    } finally {
+      await t.close();
+      await admin.query(`DROP TABLE IF EXISTS ${tableName}`);
+    }
+  }
+
+  it('compresses a large body with lz4 (the server supports it), and keeps a method the DSN chose', async () => {
+    expect(await storedCompression(postgres.dsn)).toBe('lz4');
+    const chosen = postgres.dsnWith({ params: { options: '-c default_toast_compression=pglz' } });
+    expect(await storedCompression(chosen)).toBe('pglz');
+  });
+
+  async function encrypted(params) {
+    const application = uniqueName('tls');
+    const t = new SqlTransport({ dsn: postgres.dsnWith({ params: { ...params, application_name: application } }), queueName: application });
+    try {
+      await t.getMessageCount();
+      const rows = await admin.query(
+        'SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = $1',
+        [application],
+      );
+      expect(rows.length).toBeGreaterThan(0);
+      return rows.every((r) => r.ssl === true);
+    } finally {
+      await t.close();
+    }
+  }
+
+  it('uses no TLS to a loopback host unless the DSN asks (sslmode=require still encrypts)', async () => {
+    const [{ ssl }] = await admin.query('SHOW ssl');
+    if (ssl !== 'on') throw new Error('This test needs the server to accept TLS: set ssl = on in postgresql.conf (Debian ships a snakeoil certificate).');
+    expect(await encrypted({})).toBe(false);
+    expect(await encrypted({ sslmode: 'require' })).toBe(true);
+  });
+});

@@ -4,6 +4,7 @@
 
 mod errors;
 mod listener;
+mod session_defaults;
 mod statements;
 
 use crate::dsn::SqlDsn;
@@ -67,12 +68,17 @@ impl SqlDialect for Postgres {
         let options = PgConnectOptions::from_str(&dsn.driver_url)
             .map_err(|e| invalid_dsn(dsn, e))?
             .disable_statement_logging();
+        let options = session_defaults::plain_on_loopback(options, &dsn.driver_url);
         let server = ServerAddress {
             host: options.get_host().to_owned(),
             port: options.get_port(),
         };
-        let pool = with_keepalive(server_pool_options(connect_timeout), server.clone(), None)
-            .connect_lazy_with(options.clone());
+        let pool = with_keepalive(
+            server_pool_options(connect_timeout),
+            server.clone(),
+            Some(session_defaults::SESSION_SETUP),
+        )
+        .connect_lazy_with(options.clone());
         let listener_pool = with_keepalive(
             PgPoolOptions::new()
                 .max_connections(1)
