@@ -42,7 +42,7 @@ impl<T> BatchBound<T> {
     }
 
     /// How many of `queued` (in order) the next flush takes: at least one.
-    fn take<X>(&self, queued: &[(T, X)]) -> usize {
+    pub(crate) fn take<X>(&self, queued: &[(T, X)]) -> usize {
         let mut bytes = 0usize;
         let mut take = 0;
         for (item, _) in queued.iter().take(self.items.max(1)) {

@@ -61,6 +61,11 @@ pub trait Engine: Send + Sync {
     /// The in-process wake signal of this queue (local sends bump it).
     fn wake_signal(&self) -> Arc<WakeSignal>;
 
+    /// The engine's side of sends served on the JavaScript thread, if it has one.
+    fn direct_wire(self: Arc<Self>) -> Option<Arc<dyn crate::direct_sends::DirectWire>> {
+        None
+    }
+
     /// Hands the engine its queue's counters, for what it rides out by itself (a Redis
     /// consumer's failed reads); engines that surface every failure ignore them.
     fn attach_counters(&self, _counters: Arc<crate::stats::Counters>) {}

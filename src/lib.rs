@@ -10,6 +10,7 @@ pub mod backoff;
 pub mod batch;
 pub mod completions;
 pub mod diagnostics;
+pub mod direct_sends;
 pub mod dsn;
 pub mod durations;
 pub mod engine;
@@ -25,6 +26,7 @@ pub mod sql;
 pub mod stats;
 pub mod targets;
 pub mod tcp_keepalive;
+pub mod uv;
 pub mod wake;
 pub mod write_behind;
 
@@ -208,6 +210,10 @@ mod exports {
         queue: Arc<Queue>,
         /// Where sends settle (see `completions`), from the first `onSendsSettled` call.
         sends: std::sync::Mutex<Option<SendReporter>>,
+        /// Sends served on the JavaScript thread, where the engine has that path.
+        direct: std::sync::Mutex<Option<direct_sends::DirectSends>>,
+        /// Sends on the runtime's path not settled yet (the direct path waits for none).
+        elsewhere: Arc<std::sync::atomic::AtomicUsize>,
     }
 
     /// Sends that settled together, by the sequence numbers JavaScript gave them: for each,
@@ -288,6 +294,8 @@ mod exports {
             })?;
             Ok(Self {
                 sends: std::sync::Mutex::new(None),
+                direct: std::sync::Mutex::new(None),
+                elsewhere: Arc::default(),
                 queue: Arc::new(Queue::new(
                     engine,
                     options.auto_setup,
@@ -333,6 +341,8 @@ mod exports {
             })?;
             Ok(Self {
                 sends: std::sync::Mutex::new(None),
+                direct: std::sync::Mutex::new(None),
+                elsewhere: Arc::default(),
                 queue: Arc::new(Queue::new(engine, true, first_batch)),
             })
         }
@@ -348,6 +358,7 @@ mod exports {
         #[napi(catch_unwind)]
         pub fn on_sends_settled(
             &self,
+            env: &Env,
             callback: napi::bindgen_prelude::Function<'_, SettledSends, ()>,
         ) -> napi::Result<()> {
             let mut sends = self.sends.lock().unwrap_or_else(|p| p.into_inner());
@@ -361,17 +372,26 @@ mod exports {
                 .build_callback(|ctx| Ok(settled_sends(ctx.value)))?;
             let tsfn = Arc::new(std::sync::Mutex::new(tsfn));
             let reporter = tsfn.clone();
+            let report: direct_sends::Report = Arc::new(move |batch| {
+                // Fails only once the environment is tearing down: nobody is waiting.
+                let reporter = reporter.lock().unwrap_or_else(|p| p.into_inner());
+                let _ = reporter.call(
+                    batch,
+                    napi::threadsafe_function::ThreadsafeFunctionCallMode::NonBlocking,
+                );
+            });
+            let to_js = report.clone();
             let completions = within_runtime_if_available(|| {
-                completions::Completions::start(move |batch| {
-                    // Fails only once the environment is tearing down: nobody is waiting.
-                    let reporter = reporter.lock().unwrap_or_else(|p| p.into_inner());
-                    let _ = reporter.call(
-                        batch,
-                        napi::threadsafe_function::ThreadsafeFunctionCallMode::NonBlocking,
-                    );
-                })
+                completions::Completions::start(move |batch| to_js(batch))
             });
             *sends = Some(SendReporter { completions, tsfn });
+            // A host without libuv (or an engine without the path) just has no direct path.
+            *self.direct.lock().unwrap_or_else(|p| p.into_inner()) = direct_sends::DirectSends::new(
+                env,
+                self.queue.clone(),
+                report,
+                self.elsewhere.clone(),
+            );
             Ok(())
         }
 
@@ -386,14 +406,31 @@ mod exports {
             headers: String,
             delay_ms: f64,
         ) -> napi::Result<()> {
-            let message = NewMessage::new(body, headers, delay_ms);
+            let mut message = NewMessage::new(body, headers, delay_ms);
             let sends = self.sends.lock().unwrap_or_else(|p| p.into_inner());
             let Some(reporter) = sends.as_ref() else {
                 return Err(Error::transport("sendQueued() before onSendsSettled().").into());
             };
+            if let Some(direct) = self
+                .direct
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+            {
+                match direct.try_send(seq, message)? {
+                    None => return Ok(()),
+                    Some(back) => message = back,
+                }
+            }
             // Queued here, on the calling thread: the order of calls is the order of the rows.
             let stored = within_runtime_if_available(|| self.queue.send(message))?;
-            Ok(reporter.completions.push(seq, stored)?)
+            let elsewhere = self.elsewhere.clone();
+            elsewhere.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            Ok(reporter.completions.push(seq, async move {
+                let result = stored.await;
+                elsewhere.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                result
+            })?)
         }
 
         /// Keeps the event loop alive while JavaScript waits on sends (from the first one
@@ -554,6 +591,8 @@ mod exports {
         /// Stops new claims and ends every idle wait at once.
         #[napi(catch_unwind)]
         pub fn begin_close(&self) {
+            // Batches in flight on the direct path go on, as the same batches, on the runtime.
+            drop(self.direct.lock().unwrap_or_else(|p| p.into_inner()).take());
             self.queue.begin_close();
         }
 

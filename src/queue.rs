@@ -34,7 +34,7 @@ const ACK_FLUSH_PATIENCE: Duration = Duration::from_secs(5);
 const MAX_WRITE_BATCH: usize = 1000;
 /// What one send statement carries: also at most about `MAX_BATCH_BYTES` of message, so that
 /// concurrent large sends do not make one statement the size of all of them.
-const SEND_BOUND: BatchBound<NewMessage> = BatchBound {
+pub(crate) const SEND_BOUND: BatchBound<NewMessage> = BatchBound {
     items: MAX_WRITE_BATCH,
     bytes: MAX_BATCH_BYTES,
     weigh: |m| m.body.len() + m.headers.len(),
@@ -171,6 +171,41 @@ impl Queue {
             waiters: Mutex::default(),
             counters,
         }
+    }
+
+    pub fn engine(&self) -> &Arc<dyn Engine> {
+        &self.engine
+    }
+
+    /// Refuses a send at once as `send` would: the transport is closing, or the storage is
+    /// known to refuse the message.
+    pub fn check_send(&self, message: &NewMessage) -> Result<()> {
+        self.guard_open("send")?;
+        self.engine.check_message(message)
+    }
+
+    /// Whether the memoized setup has run (sends stored another way may skip it then).
+    pub fn setup_done(&self) -> bool {
+        self.setup.done.load(Ordering::Acquire)
+    }
+
+    /// Counts sends stored another way (`direct_sends`) and wakes this process's idle
+    /// consumers, as a send through `send` does.
+    pub fn note_sent(&self, count: usize) {
+        self.counters.sent(count);
+        self.engine.wake_signal().wake();
+    }
+
+    pub fn note_send_failed(&self, err: &Error) {
+        self.counters.failed(err);
+    }
+
+    pub fn send_bound(&self) -> Duration {
+        self.engine.send_bound()
+    }
+
+    pub fn unanswered_send(&self) -> Error {
+        self.engine.unanswered_send()
     }
 
     fn guard_open(&self, what: &str) -> Result<()> {

@@ -14,7 +14,7 @@ const { spawnSync } = require('node:child_process');
 const { Redis } = require('ioredis');
 const { RedisStreamsTransport } = require('../..');
 const { redis: engine } = require('../support/engines');
-const { startRedisServer } = require('../support/redis-server');
+const { startRedisServer, withIoredis } = require('../support/redis-server');
 const {
   serializer,
   envelopeOf,
@@ -54,16 +54,7 @@ function transport(options) {
 }
 
 /** Runs `use` with a short-lived ioredis client on the throwaway server. */
-async function withServer(use) {
-  const redis = new Redis(dsn, { lazyConnect: true, maxRetriesPerRequest: 1, retryStrategy: () => null });
-  redis.on('error', () => {});
-  await redis.connect();
-  try {
-    return await use(redis);
-  } finally {
-    redis.disconnect();
-  }
-}
+const withServer = (use) => withIoredis(dsn, use);
 
 /** Drops every normal client connection (the transports' included), as a failover or proxy would. */
 async function killClients() {

@@ -119,4 +119,24 @@ async function startRedisServer(options = {}) {
   };
 }
 
-module.exports = { waitForPort, startRedisServer };
+/**
+ * Runs `use(redis)` with a short-lived ioredis client on `dsn` (set-up and inspection only,
+ * never the code under test), then disconnects it.
+ * @template T
+ * @param {string} dsn
+ * @param {(redis: import('ioredis').Redis) => Promise<T>} use
+ * @returns {Promise<T>}
+ */
+async function withIoredis(dsn, use) {
+  const { Redis } = require('ioredis');
+  const redis = new Redis(dsn, { lazyConnect: true, maxRetriesPerRequest: 1, retryStrategy: () => null, connectTimeout: 5000 });
+  redis.on('error', () => {});
+  await redis.connect();
+  try {
+    return await use(redis);
+  } finally {
+    redis.disconnect();
+  }
+}
+
+module.exports = { waitForPort, startRedisServer, withIoredis };

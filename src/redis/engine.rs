@@ -162,6 +162,52 @@ impl RedisQueue {
         self.contacted.store(true, Ordering::Release);
         Ok(conn)
     }
+
+    /// Stores `batch` (attempts at one batch are the same batch: see `SendBatch`).
+    pub(super) async fn insert_batch(
+        &self,
+        messages: &[NewMessage],
+        batch: SendBatch,
+    ) -> Result<Vec<String>> {
+        // A connection found closed (the server dropped it while idle: a restart, a
+        // CLIENT KILL; or just after it ran the batch) is re-made and the same batch sent
+        // once more: a batch is stored once however often it is sent. A timeout is not
+        // re-sent (the server may still be working on it; the error says it may have been
+        // stored).
+        // A redirect proves the command did not run: it is sent again, with backoff,
+        // while a migrating slot settles (the client follows only a couple by itself).
+        let mut redirects = Backoff::new(REDIRECT_PAUSE, MAX_REDIRECT_PAUSE);
+        let (mut redirected, mut resent) = (0, false);
+        let ids = loop {
+            match self.insert_once(messages, &batch).await {
+                Ok(ids) => break ids,
+                Err(failure) if failure.redirected && redirected < MAX_REDIRECT_RESENDS => {
+                    redirected += 1;
+                    tokio::time::sleep(redirects.next_pause()).await;
+                }
+                Err(failure)
+                    if failure.dropped && !resent && self.contacted.load(Ordering::Acquire) =>
+                {
+                    resent = true;
+                }
+                Err(failure) => return Err(failure.error),
+            }
+        };
+        if let Some(earliest) = messages
+            .iter()
+            .filter(|m| m.delay_ms > 0.0)
+            .map(|m| m.delay_ms)
+            .reduce(f64::min)
+        {
+            // A blocked read of this instance re-plans its wait around the new member.
+            let due = crate::durations::millis(earliest);
+            let mut next_due = self.next_due.lock().unwrap_or_else(|p| p.into_inner());
+            *next_due = Some(next_due.map_or(due, |known| known.min(due)));
+            drop(next_due);
+            self.delayed_added.wake();
+        }
+        Ok(ids)
+    }
 }
 
 impl Engine for RedisQueue {
@@ -198,46 +244,14 @@ impl Engine for RedisQueue {
 
     fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
-            // A connection found closed (the server dropped it while idle: a restart, a
-            // CLIENT KILL; or just after it ran the batch) is re-made and the same batch sent
-            // once more: a batch is stored once however often it is sent. A timeout is not
-            // re-sent (the server may still be working on it; the error says it may have been
-            // stored).
             let batch = SendBatch::new(&self.config.stream, &messages, self.config.connect.cluster);
-            // A redirect proves the command did not run: it is sent again, with backoff,
-            // while a migrating slot settles (the client follows only a couple by itself).
-            let mut redirects = Backoff::new(REDIRECT_PAUSE, MAX_REDIRECT_PAUSE);
-            let (mut redirected, mut resent) = (0, false);
-            let ids = loop {
-                match self.insert_once(&messages, &batch).await {
-                    Ok(ids) => break ids,
-                    Err(failure) if failure.redirected && redirected < MAX_REDIRECT_RESENDS => {
-                        redirected += 1;
-                        tokio::time::sleep(redirects.next_pause()).await;
-                    }
-                    Err(failure)
-                        if failure.dropped && !resent && self.contacted.load(Ordering::Acquire) =>
-                    {
-                        resent = true;
-                    }
-                    Err(failure) => return Err(failure.error),
-                }
-            };
-            if let Some(earliest) = messages
-                .iter()
-                .filter(|m| m.delay_ms > 0.0)
-                .map(|m| m.delay_ms)
-                .reduce(f64::min)
-            {
-                // A blocked read of this instance re-plans its wait around the new member.
-                let due = crate::durations::millis(earliest);
-                let mut next_due = self.next_due.lock().unwrap_or_else(|p| p.into_inner());
-                *next_due = Some(next_due.map_or(due, |known| known.min(due)));
-                drop(next_due);
-                self.delayed_added.wake();
-            }
-            Ok(ids)
+            self.insert_batch(&messages, batch).await
         })
+    }
+
+    fn direct_wire(self: Arc<Self>) -> Option<Arc<dyn crate::direct_sends::DirectWire>> {
+        super::direct::RedisWire::new(self)
+            .map(|w| Arc::new(w) as Arc<dyn crate::direct_sends::DirectWire>)
     }
 
     fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {

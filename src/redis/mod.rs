@@ -6,14 +6,17 @@
 //! One concern per file: `engine` (the queue, the shared deployment and the `Engine` impl),
 //! `reads` (claims, XAUTOCLAIM, blocking reads), `writes` (sends, delayed adds, rejects,
 //! acks), `replies` (reply parsing, no I/O), `errors` (classification, what is ridden out),
-//! `connection` (node, TLS, cluster) and `slot` (cluster key slots); the Lua scripts are in
+//! `connection` (node, TLS, cluster), `slot` (cluster key slots), `direct` (a single node's
+//! sends on the JavaScript thread) and `resp` (reading its replies); the Lua scripts are in
 //! `scripts/`.
 
 pub mod connection;
+mod direct;
 mod engine;
 mod errors;
 mod reads;
 mod replies;
+mod resp;
 pub mod slot;
 mod writes;
 

@@ -9,9 +9,10 @@ use super::replies::as_string;
 use crate::engine::NewMessage;
 use crate::error::{Error, Result};
 use redis::{Script, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 
-static INSERT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/insert.lua")));
+static INSERT: LazyLock<Script> = LazyLock::new(|| Script::new(insert_script_source()));
 static ADD_DELAYED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/add_delayed.lua")));
 static REDELIVER: LazyLock<Script> =
@@ -30,6 +31,14 @@ pub(super) struct SendBatch {
     nonces: Vec<Option<String>>,
 }
 
+/// A name no other batch has: this process's random id and a counter (one random draw per
+/// process rather than per send, each draw being a system call).
+fn batch_name() -> String {
+    static PROCESS: LazyLock<uuid::Uuid> = LazyLock::new(uuid::Uuid::new_v4);
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("sent:{}-{}", *PROCESS, NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
 impl SendBatch {
     /// On a cluster, no marker: while the stream's slot migrates, a script over the stream and
     /// a marker that is not there yet is refused (TRYAGAIN) until the move ends, holding sends
@@ -38,7 +47,7 @@ impl SendBatch {
         let marker = if cluster {
             None
         } else {
-            super::slot::beside(stream, &format!("sent:{}", uuid::Uuid::new_v4()))
+            super::slot::beside(stream, &batch_name())
         };
         let nonces = messages
             .iter()
@@ -46,6 +55,26 @@ impl SendBatch {
             .collect();
         Self { marker, nonces }
     }
+}
+
+/// The insert script's text (loaded on a connection ahead of its first send).
+pub(super) fn insert_script_source() -> &'static str {
+    include_str!("scripts/insert.lua")
+}
+
+/// The insert script's call storing the due `messages` of `batch` (which has a marker), as
+/// the bytes sent: what `add_once` sends, by hash.
+pub(super) fn insert_request(stream: &str, batch: &SendBatch, messages: &[NewMessage]) -> Vec<u8> {
+    let mut call = redis::cmd("EVALSHA");
+    call.arg(INSERT.get_hash())
+        .arg(2)
+        .arg(stream)
+        .arg(batch.marker.as_deref().unwrap_or_default())
+        .arg(SENT_MARKER_TTL_MS);
+    for m in messages {
+        call.arg(&m.body).arg(&m.headers);
+    }
+    call.get_packed_command()
 }
 
 /// A failed attempt at storing a batch.

@@ -13,7 +13,7 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { execFile, spawn, spawnSync } = require('node:child_process');
-const { waitForPort, startRedisServer } = require('../../support/redis-server');
+const { waitForPort, startRedisServer, withIoredis } = require('../../support/redis-server');
 const { freePort } = require('../../support/ports');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -432,17 +432,7 @@ async function startRedis() {
   }
   const server = await startRedisServer({ args: ['--appendonly', 'yes', '--appendfsync', 'always'] });
   const dsn = `redis://127.0.0.1:${server.port}`;
-  const { Redis } = require('ioredis');
-  async function admin(use) {
-    const redis = new Redis(dsn, { lazyConnect: true, maxRetriesPerRequest: 1, retryStrategy: () => null, connectTimeout: 5000 });
-    redis.on('error', () => {});
-    await redis.connect();
-    try {
-      return await use(redis);
-    } finally {
-      redis.disconnect();
-    }
-  }
+  const admin = (use) => withIoredis(dsn, use);
   return {
     engine: 'redis',
     port: server.port,

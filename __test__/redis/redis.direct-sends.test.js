@@ -1,0 +1,169 @@
+'use strict';
+
+// Sends served on the JavaScript thread (src/direct_sends.rs, src/redis/direct.rs): after the
+// first send, a single node's due sends go over a connection of their own, written by the
+// send() call and read on the event loop. On a throwaway redis-server, because the cases pause
+// it and kill its clients. What must hold: the path is taken; sends keep their order; a
+// connection lost with a batch in flight loses nothing and stores nothing twice; a batch with
+// no reply within the send bound fails saying it may have been stored and is not sent again.
+
+const { TransportConnectionError } = require('@schally/nestjs-messenger');
+const { RedisStreamsTransport } = require('../..');
+const { redis: engine } = require('../support/engines');
+const { startRedisServer, withIoredis } = require('../support/redis-server');
+const { serializer, envelopeOf, idOf, sleep, pollUntil, settleWithin } = require('../support/transport-helpers');
+
+const SEND_CONNECTION = 'nestjs-messenger-native:send';
+
+let server;
+let dsn;
+const transports = [];
+
+beforeAll(async () => {
+  server = await startRedisServer();
+  dsn = `redis://127.0.0.1:${server.port}`;
+}, 20000);
+
+afterAll(async () => {
+  await server?.stop();
+});
+
+afterEach(async () => {
+  await withServer((redis) => redis.client('UNPAUSE'));
+  await Promise.all(transports.splice(0).map((t) => settleWithin(t.close(), 5000)));
+});
+
+function transport(options) {
+  const t = new RedisStreamsTransport({ dsn, serializer: serializer(), ...options });
+  transports.push(t);
+  return t;
+}
+
+const withServer = (use) => withIoredis(dsn, use);
+
+/** The server's clients named as the send connection: `[{ id, cmd }]`. */
+async function sendConnections() {
+  const list = await withServer((redis) => redis.client('LIST'));
+  return list
+    .split('\n')
+    .filter((line) => line.includes(` name=${SEND_CONNECTION} `))
+    .map((line) => ({ id: /\bid=(\d+)/.exec(line)[1], cmd: /\bcmd=(\S+)/.exec(line)[1] }));
+}
+
+/** The stream's entries' message ids (the `id` of each stored body), in stream order. */
+async function storedKeys(stream) {
+  const entries = await withServer((redis) => redis.xrange(stream, '-', '+'));
+  return entries.map(([, fields]) => JSON.parse(fields[fields.indexOf('body') + 1]).id);
+}
+
+/** Sends until the send connection carries them (it opens in the background after a first send). */
+async function warmUp(t, stream) {
+  let n = 0;
+  await pollUntil(
+    async () => {
+      await t.send(envelopeOf(`warm-${n}`));
+      n += 1;
+      return (await sendConnections()).some((c) => c.cmd === 'evalsha');
+    },
+    { timeoutMs: 5000, intervalMs: 10 },
+  );
+  await withServer((redis) => redis.del(stream));
+  await t.setup();
+}
+
+describe('the send connection', () => {
+  it('carries sequential sends after the first, stored in the order they were made', async () => {
+    const stream = engine.uniqueStream('direct');
+    const t = transport({ stream });
+    await t.send(envelopeOf('first'));
+    const ids = [];
+    for (let n = 0; n < 50; n += 1) ids.push(idOf(await t.send(envelopeOf(`m-${n}`))));
+    const connections = await sendConnections();
+    expect(connections).toHaveLength(1);
+    expect(connections[0].cmd).toBe('evalsha');
+    expect(await storedKeys(stream)).toEqual(['first', ...Array.from({ length: 50 }, (_, n) => `m-${n}`)]);
+    expect(new Set(ids).size).toBe(50);
+  });
+
+  it('concurrent sends share batches and keep their order', async () => {
+    const stream = engine.uniqueStream('direct');
+    const t = transport({ stream });
+    await warmUp(t, stream);
+    const keys = Array.from({ length: 300 }, (_, n) => `c-${n}`);
+    const sent = await Promise.all(keys.map((key) => t.send(envelopeOf(key))));
+    expect(new Set(sent.map(idOf)).size).toBe(300);
+    expect(await storedKeys(stream)).toEqual(keys);
+  });
+
+  it('dropped by the server while idle: the next sends are stored once each, in order, and it comes back', async () => {
+    const stream = engine.uniqueStream('direct');
+    const t = transport({ stream });
+    await warmUp(t, stream);
+    const [before] = await sendConnections();
+    await withServer((redis) => redis.client('KILL', 'ID', before.id));
+    const keys = Array.from({ length: 20 }, (_, n) => `k-${n}`);
+    for (const key of keys) await t.send(envelopeOf(key));
+    expect(await storedKeys(stream)).toEqual(keys);
+    // Tried again a second after the failure.
+    await sleep(1100);
+    await t.send(envelopeOf('again-0'));
+    await pollUntil(async () => {
+      await t.send(envelopeOf('again'));
+      return (await sendConnections()).some((c) => c.id !== before.id && c.cmd === 'evalsha');
+    }, { timeoutMs: 3000 });
+  });
+
+  it('lost with a batch in flight: the send resolves and the message is stored once', async () => {
+    const stream = engine.uniqueStream('direct');
+    const t = transport({ stream });
+    await warmUp(t, stream);
+    const [connection] = await sendConnections();
+    // Paused, the server holds the script unrun; the kill then discards it with the connection.
+    await withServer((redis) => redis.client('PAUSE', 1500, 'WRITE'));
+    const send = t.send(envelopeOf('in-flight'));
+    await sleep(100);
+    await withServer((redis) => redis.client('KILL', 'ID', connection.id));
+    const outcome = await settleWithin(send, 10000);
+    expect(outcome.error).toBeUndefined();
+    expect(outcome.timeout).toBeUndefined();
+    expect(idOf(outcome.value)).toMatch(/^\d+-\d+$/);
+    await t.send(envelopeOf('after'));
+    expect(await storedKeys(stream)).toEqual(['in-flight', 'after']);
+  });
+
+  it('no reply within the send bound: the send fails saying it may have been stored, and is not sent again', async () => {
+    const stream = engine.uniqueStream('direct');
+    // Bound: 2 x 200 ms + 1 s.
+    const t = transport({ stream, connectTimeoutMs: 200 });
+    await warmUp(t, stream);
+    await withServer((redis) => redis.client('PAUSE', 3000, 'WRITE'));
+    const started = Date.now();
+    const outcome = await settleWithin(t.send(envelopeOf('unanswered')), 10000);
+    const waited = Date.now() - started;
+    expect(outcome.error).toBeInstanceOf(TransportConnectionError);
+    expect(outcome.error.message).toMatch(/may have been stored/);
+    expect(waited).toBeGreaterThanOrEqual(1300);
+    expect(waited).toBeLessThan(2900);
+    // The connection was given up with the script unrun in it (the server drops a closed
+    // client's paused command), and nothing sent it again: a resend, on the command
+    // connection, would have run once the pause ended.
+    await sleep(3200 - waited);
+    await t.send(envelopeOf('next'));
+    expect(await storedKeys(stream)).toEqual(['next']);
+  });
+
+  it('close() with a batch in flight: the send still settles, stored once', async () => {
+    const stream = engine.uniqueStream('direct');
+    const t = transport({ stream });
+    await warmUp(t, stream);
+    await withServer((redis) => redis.client('PAUSE', 500, 'WRITE'));
+    const send = t.send(envelopeOf('closing'));
+    await sleep(50);
+    await t.close();
+    const outcome = await settleWithin(send, 10000);
+    expect(outcome.timeout).toBeUndefined();
+    expect(outcome.error).toBeUndefined();
+    await pollUntil(async () => (await storedKeys(stream)).length > 0, { timeoutMs: 3000 });
+    expect(await storedKeys(stream)).toEqual(['closing']);
+  });
+});

@@ -1,0 +1,497 @@
+//! Sends served on the JavaScript thread: a connection of their own whose socket the
+//! JavaScript thread's event loop watches (libuv, see `uv`), so a sequential send is written
+//! by the call that makes it and its reply read where its promise resolves, with no hand-off
+//! to the I/O thread and back (two thread wake-ups per send, the cost that made a sequential
+//! Redis send slower than upstream's).
+//!
+//! Only the path of the common case: due messages, the connection up, no send of the queue on
+//! the runtime's path in flight (so neither path overtakes the other). Sends made while a
+//! batch is in flight wait and go together as the next batch (group commit). Anything else
+//! goes to the runtime's path, and so does every doubt: a batch whose connection failed is
+//! sent again there as the same batch (the wire makes repeats store nothing twice), a batch
+//! that got no reply within the send bound fails with the outcome unknown, never sent again.
+
+use crate::completions::Settled;
+use crate::engine::NewMessage;
+use crate::error::{Error, Result};
+use crate::queue::Queue;
+use crate::uv;
+use futures_util::future::BoxFuture;
+use std::collections::VecDeque;
+use std::ffi::c_void;
+use std::io::{ErrorKind, Read, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How a batch's reply came out.
+pub enum Outcome {
+    Stored(Vec<String>),
+    /// Refused before it ran (the script was not loaded): send it again elsewhere.
+    NotRun,
+    Failed(Error),
+}
+
+/// Stores a batch again on the runtime, as the same batch.
+pub type Resend = Box<dyn FnOnce() -> BoxFuture<'static, Result<Vec<String>>> + Send>;
+
+/// An engine's side of the direct path.
+pub trait DirectWire: Send + Sync + 'static {
+    /// Opens a connection ready for `encode`'s requests (blocking mode off).
+    fn connect(&self) -> BoxFuture<'static, Result<std::net::TcpStream>>;
+    /// The request storing `messages` as one batch, and how to store that batch again.
+    fn encode(&self, messages: Vec<NewMessage>) -> (Vec<u8>, Resend);
+    /// The reply at the start of `buf` to a batch of `count` and its length, `None` if
+    /// incomplete; an error if the bytes are no reply at all.
+    fn read_reply(&self, buf: &[u8], count: usize) -> Result<Option<(Outcome, usize)>>;
+}
+
+/// Where settled sends are reported (the queue's threadsafe callback).
+pub type Report = Arc<dyn Fn(Vec<Settled<String>>) + Send + Sync>;
+
+/// How long after a failed connection or attempt the direct path is tried again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+const READ_CHUNK: usize = 16 * 1024;
+
+type Connecting = Arc<Mutex<Option<Result<std::net::TcpStream>>>>;
+
+struct Flight {
+    seqs: Vec<u32>,
+    resend: Resend,
+    started: Instant,
+}
+
+struct Conn {
+    socket: std::net::TcpStream,
+    poll: uv::Poll,
+    unsent: Vec<u8>,
+    received: Vec<u8>,
+    flights: VecDeque<Flight>,
+}
+
+struct Inner {
+    wire: Arc<dyn DirectWire>,
+    queue: Arc<Queue>,
+    report: Report,
+    /// Sends of this queue on the runtime's path not settled yet.
+    elsewhere: Arc<AtomicUsize>,
+    event_loop: uv::LoopPtr,
+    timer: Option<uv::Timer>,
+    conn: Option<Conn>,
+    connecting: Option<Connecting>,
+    retry_at: Option<Instant>,
+    waiting: Vec<(NewMessage, u32)>,
+    closed: bool,
+}
+
+/// One queue's direct path. Lives on the JavaScript thread (every method is called there).
+pub struct DirectSends {
+    inner: *mut Inner,
+}
+
+// SAFETY: only ever used on the JavaScript thread that made it (napi calls and that
+// thread's libuv callbacks); it sits in a Send + Sync napi object.
+unsafe impl Send for DirectSends {}
+unsafe impl Sync for DirectSends {}
+
+impl DirectSends {
+    /// The direct path of `queue`, if its engine has one and the host has libuv.
+    pub fn new(
+        env: &napi::Env,
+        queue: Arc<Queue>,
+        report: Report,
+        elsewhere: Arc<AtomicUsize>,
+    ) -> Option<Self> {
+        let env_loop = env.get_uv_event_loop().ok()?;
+        if !uv::available() || env_loop.is_null() {
+            return None;
+        }
+        let wire = queue.engine().clone().direct_wire()?;
+        let inner = Box::into_raw(Box::new(Inner {
+            wire,
+            queue,
+            report,
+            elsewhere,
+            event_loop: env_loop,
+            timer: None,
+            conn: None,
+            connecting: None,
+            retry_at: None,
+            waiting: Vec::new(),
+            closed: false,
+        }));
+        // SAFETY: `inner` is alive until Drop, which closes the timer first.
+        let timer = unsafe { uv::Timer::new(env_loop, inner as *mut c_void) };
+        // SAFETY: just made, not shared yet.
+        unsafe { (*inner).timer = timer };
+        Some(Self { inner })
+    }
+
+    #[allow(clippy::mut_from_ref)] // one thread; see the Send impl
+    fn inner(&self) -> &mut Inner {
+        // SAFETY: one thread, and no callback runs while a napi call does.
+        unsafe { &mut *self.inner }
+    }
+
+    /// Takes send `seq` if the direct path can serve it now (the message is handed back
+    /// otherwise); an error for a send `Queue::send` would refuse at once.
+    pub fn try_send(&self, seq: u32, message: NewMessage) -> Result<Option<NewMessage>> {
+        self.inner().try_send(seq, message)
+    }
+
+    /// No more direct sends: batches in flight are handed to the runtime (as the same batch),
+    /// the connection closed.
+    pub fn shut(&self) {
+        let inner = self.inner();
+        inner.closed = true;
+        inner.fail(None);
+    }
+}
+
+impl Drop for DirectSends {
+    fn drop(&mut self) {
+        self.shut();
+        // SAFETY: from Box::into_raw in `new`; its handles are closed (no callback can
+        // reach it any more).
+        let mut inner = unsafe { Box::from_raw(self.inner) };
+        if let Some(mut timer) = inner.timer.take() {
+            timer.close();
+        }
+    }
+}
+
+unsafe extern "C" fn on_poll(
+    handle: *mut c_void,
+    status: std::ffi::c_int,
+    events: std::ffi::c_int,
+) {
+    // SAFETY: the handle's data is the Inner that owns it, alive while the handle is open.
+    let inner = unsafe { &mut *(uv::data_of(handle) as *mut Inner) };
+    if status < 0 {
+        inner.fail(Some(Error::connection(
+            "Redis transport failed during \"send\": the send connection failed",
+        )));
+        return;
+    }
+    if events & uv::WRITABLE != 0 {
+        inner.flush_unsent();
+    }
+    if events & uv::READABLE != 0 {
+        inner.read_replies();
+    }
+}
+
+unsafe extern "C" fn on_timer(handle: *mut c_void) {
+    // SAFETY: as in on_poll.
+    let inner = unsafe { &mut *(uv::data_of(handle) as *mut Inner) };
+    inner.time_out();
+}
+
+impl Inner {
+    fn try_send(&mut self, seq: u32, message: NewMessage) -> Result<Option<NewMessage>> {
+        if self.closed || message.delay_ms > 0.0 {
+            return Ok(Some(message));
+        }
+        self.adopt_connection();
+        let Some(conn) = &self.conn else {
+            self.start_connecting();
+            return Ok(Some(message));
+        };
+        let idle = conn.flights.is_empty();
+        if idle && self.elsewhere.load(Ordering::Acquire) > 0 {
+            return Ok(Some(message));
+        }
+        self.queue.check_send(&message)?;
+        self.waiting.push((message, seq));
+        if idle {
+            self.write_next();
+        }
+        Ok(None)
+    }
+
+    /// Picks up a connection the runtime finished opening.
+    fn adopt_connection(&mut self) {
+        let Some(connecting) = &self.connecting else {
+            return;
+        };
+        let Some(result) = connecting.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return;
+        };
+        self.connecting = None;
+        let socket = match result {
+            Ok(socket) => socket,
+            Err(_) => {
+                // The runtime's path meets and reports whatever this was.
+                self.retry_at = Some(Instant::now() + RETRY_AFTER);
+                return;
+            }
+        };
+        let data = self as *mut Inner as *mut c_void;
+        // SAFETY: on the loop's thread; `self` outlives the handle (closed in `fail`).
+        let Some(poll) = uv::socket_of(&socket)
+            .and_then(|fd| unsafe { uv::Poll::new(self.event_loop, fd, data) })
+        else {
+            self.retry_at = Some(Instant::now() + RETRY_AFTER);
+            return;
+        };
+        // Readable also while idle: a connection the server closes is noticed at once.
+        if !poll.start(uv::READABLE, on_poll) {
+            self.retry_at = Some(Instant::now() + RETRY_AFTER);
+            return;
+        }
+        self.conn = Some(Conn {
+            socket,
+            poll,
+            unsent: Vec::new(),
+            received: Vec::new(),
+            flights: VecDeque::new(),
+        });
+    }
+
+    fn start_connecting(&mut self) {
+        if self.connecting.is_some()
+            || self.retry_at.is_some_and(|at| Instant::now() < at)
+            || !self.queue.setup_done()
+        {
+            return;
+        }
+        self.retry_at = None;
+        let slot: Connecting = Arc::default();
+        self.connecting = Some(slot.clone());
+        let connect = self.wire.connect();
+        napi::bindgen_prelude::spawn(async move {
+            let result = connect.await;
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+        });
+    }
+
+    /// Writes the waiting sends as the next batch (at most one batch in flight).
+    fn write_next(&mut self) {
+        let Some(conn) = &mut self.conn else { return };
+        if !conn.flights.is_empty() || self.waiting.is_empty() {
+            return;
+        }
+        let take = crate::queue::SEND_BOUND.take(&self.waiting);
+        let (messages, seqs): (Vec<NewMessage>, Vec<u32>) = self.waiting.drain(..take).unzip();
+        let (request, resend) = self.wire.encode(messages);
+        conn.unsent.extend_from_slice(&request);
+        conn.flights.push_back(Flight {
+            seqs,
+            resend,
+            started: Instant::now(),
+        });
+        if let Some(timer) = &self.timer {
+            timer.start(self.queue.send_bound().as_millis() as u64 + 1, on_timer);
+        }
+        self.flush_unsent();
+    }
+
+    fn flush_unsent(&mut self) {
+        let Some(conn) = &mut self.conn else { return };
+        while !conn.unsent.is_empty() {
+            match conn.socket.write(&conn.unsent) {
+                Ok(0) => break,
+                Ok(written) => {
+                    conn.unsent.drain(..written);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return self.fail(None),
+            }
+        }
+        let events = if conn.unsent.is_empty() {
+            uv::READABLE
+        } else {
+            uv::READABLE | uv::WRITABLE
+        };
+        if !conn.poll.start(events, on_poll) {
+            self.fail(None);
+        }
+    }
+
+    fn read_replies(&mut self) {
+        let Some(conn) = &mut self.conn else { return };
+        let mut ended = false;
+        let mut chunk = [0u8; READ_CHUNK];
+        loop {
+            match conn.socket.read(&mut chunk) {
+                Ok(0) => {
+                    ended = true;
+                    break;
+                }
+                Ok(read) => {
+                    conn.received.extend_from_slice(&chunk[..read]);
+                    // A short read drained the socket (the poll is level-triggered: anything
+                    // that arrives meanwhile calls back again), so no read to see WouldBlock.
+                    if read < chunk.len() {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    ended = true;
+                    break;
+                }
+            }
+        }
+        let mut settled = Vec::new();
+        while let Some(flight) = conn.flights.front() {
+            match self.wire.read_reply(&conn.received, flight.seqs.len()) {
+                Ok(Some((outcome, used))) => {
+                    conn.received.drain(..used);
+                    if let Some(flight) = conn.flights.pop_front() {
+                        settled.push((flight, outcome));
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    ended = true;
+                    break;
+                }
+            }
+        }
+        if conn.flights.is_empty() {
+            if let Some(timer) = &self.timer {
+                timer.stop();
+            }
+        }
+        let mut not_run = Vec::new();
+        for (flight, outcome) in settled {
+            match outcome {
+                Outcome::NotRun => not_run.push(flight),
+                outcome => self.settle(flight, outcome),
+            }
+        }
+        if !not_run.is_empty() {
+            // Sent again on the runtime, the sends waiting behind them after them.
+            let waiting = std::mem::take(&mut self.waiting);
+            self.hand_over(not_run, waiting);
+        }
+        if ended {
+            // Bytes the server sent for no batch, or the connection's end.
+            self.fail(None);
+        } else if self.elsewhere.load(Ordering::Acquire) > 0 {
+            let waiting = std::mem::take(&mut self.waiting);
+            self.hand_over(Vec::new(), waiting);
+        } else {
+            self.write_next();
+        }
+    }
+
+    fn settle(&mut self, flight: Flight, outcome: Outcome) {
+        match outcome {
+            Outcome::Stored(ids) => {
+                self.queue.note_sent(ids.len());
+                (self.report)(
+                    flight
+                        .seqs
+                        .into_iter()
+                        .zip(ids.into_iter().map(Ok))
+                        .collect(),
+                );
+            }
+            Outcome::NotRun => self.hand_over(vec![flight], Vec::new()),
+            Outcome::Failed(err) => {
+                self.queue.note_send_failed(&err);
+                (self.report)(
+                    flight
+                        .seqs
+                        .into_iter()
+                        .map(|s| (s, Err(err.clone())))
+                        .collect(),
+                );
+            }
+        }
+    }
+
+    /// The oldest batch got no reply within the send bound: it fails with the outcome
+    /// unknown (the server may still run it), the connection is given up.
+    fn time_out(&mut self) {
+        let Some(conn) = &mut self.conn else { return };
+        let bound = self.queue.send_bound();
+        if conn
+            .flights
+            .front()
+            .is_none_or(|f| f.started.elapsed() < bound)
+        {
+            if let (Some(flight), Some(timer)) = (conn.flights.front(), &self.timer) {
+                let left = bound.saturating_sub(flight.started.elapsed());
+                timer.start(left.as_millis() as u64 + 1, on_timer);
+            }
+            return;
+        }
+        let err = self.queue.unanswered_send();
+        let flights: Vec<Flight> = conn.flights.drain(..).collect();
+        for flight in flights {
+            self.settle(flight, Outcome::Failed(err.clone()));
+        }
+        self.fail(None);
+    }
+
+    /// Gives the connection up. Batches still in flight are sent again on the runtime as the
+    /// same batches, then the waiting sends; the direct path is tried again later.
+    fn fail(&mut self, _cause: Option<Error>) {
+        if let Some(timer) = &self.timer {
+            timer.stop();
+        }
+        let flights: Vec<Flight> = match self.conn.take() {
+            Some(mut conn) => {
+                conn.poll.close();
+                conn.flights.drain(..).collect()
+            }
+            None => Vec::new(),
+        };
+        let waiting: Vec<(NewMessage, u32)> = std::mem::take(&mut self.waiting);
+        if !self.closed {
+            self.retry_at = Some(Instant::now() + RETRY_AFTER);
+        }
+        self.hand_over(flights, waiting);
+    }
+
+    /// Sends `flights` again, then `waiting`, in that order, on the runtime.
+    fn hand_over(&mut self, flights: Vec<Flight>, waiting: Vec<(NewMessage, u32)>) {
+        if flights.is_empty() && waiting.is_empty() {
+            return;
+        }
+        let mut runs: Vec<(Vec<u32>, Resend)> =
+            flights.into_iter().map(|f| (f.seqs, f.resend)).collect();
+        if !waiting.is_empty() {
+            let (messages, seqs): (Vec<NewMessage>, Vec<u32>) = waiting.into_iter().unzip();
+            runs.push((seqs, self.wire.encode(messages).1));
+        }
+        self.elsewhere.fetch_add(1, Ordering::AcqRel);
+        let (queue, report, elsewhere) = (
+            self.queue.clone(),
+            self.report.clone(),
+            self.elsewhere.clone(),
+        );
+        napi::bindgen_prelude::spawn(async move {
+            let bound = queue.send_bound();
+            for (seqs, resend) in runs {
+                let result = tokio::time::timeout(bound, resend())
+                    .await
+                    .unwrap_or_else(|_| Err(queue.unanswered_send()));
+                match result {
+                    Ok(ids) if ids.len() == seqs.len() => {
+                        queue.note_sent(ids.len());
+                        report(seqs.into_iter().zip(ids.into_iter().map(Ok)).collect());
+                    }
+                    Ok(ids) => {
+                        let err = Error::transport(format!(
+                            "internal error: a batch of {} got {} ids",
+                            seqs.len(),
+                            ids.len()
+                        ));
+                        report(seqs.into_iter().map(|s| (s, Err(err.clone()))).collect());
+                    }
+                    Err(err) => {
+                        queue.note_send_failed(&err);
+                        report(seqs.into_iter().map(|s| (s, Err(err.clone()))).collect());
+                    }
+                }
+            }
+            elsewhere.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+}
