@@ -46,8 +46,23 @@ pub trait DirectWire: Send + Sync + 'static {
     fn read_reply(&self, buf: &[u8], count: usize) -> Result<Option<(Outcome, usize)>>;
 }
 
-/// Where settled sends are reported (the queue's threadsafe callback).
+/// Where settled sends are reported from any thread (the queue's threadsafe callback).
 pub type Report = Arc<dyn Fn(Vec<Settled<String>>) + Send + Sync>;
+
+/// Where sends settled on the JavaScript thread are reported, called from the loop's own
+/// callbacks (see `loop_callback`).
+pub type OnThread = Box<dyn Fn(Vec<Settled<String>>)>;
+
+/// The variable that turns the direct path off (`0` or `false`): every send then takes the
+/// runtime's path, as before it existed.
+pub const DISABLE_VAR: &str = "NESTJS_MESSENGER_NATIVE_DIRECT_SENDS";
+
+fn enabled(value: Option<String>) -> bool {
+    !matches!(
+        value.as_deref().map(str::trim),
+        Some("0" | "false" | "off" | "no")
+    )
+}
 
 /// How long after a failed connection or attempt the direct path is tried again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -64,6 +79,8 @@ struct Flight {
 struct Conn {
     socket: std::net::TcpStream,
     poll: uv::Poll,
+    /// The events `poll` watches.
+    watching: std::ffi::c_int,
     unsent: Vec<u8>,
     received: Vec<u8>,
     flights: VecDeque<Flight>,
@@ -73,6 +90,11 @@ struct Inner {
     wire: Arc<dyn DirectWire>,
     queue: Arc<Queue>,
     report: Report,
+    /// Batches settled here, reported once the callback that settled them is done with
+    /// `Inner` (reporting runs JavaScript, which may send again).
+    settled: Vec<Vec<Settled<String>>>,
+    /// The `Shared` this lives in: the handles' data.
+    home: *mut c_void,
     /// Sends of this queue on the runtime's path not settled yet.
     elsewhere: Arc<AtomicUsize>,
     event_loop: uv::LoopPtr,
@@ -84,9 +106,16 @@ struct Inner {
     closed: bool,
 }
 
+/// The state and where it reports: apart, so that JavaScript called by the report can send
+/// again (borrowing the state) while no borrow of it is held.
+struct Shared {
+    inner: std::cell::UnsafeCell<Inner>,
+    on_thread: OnThread,
+}
+
 /// One queue's direct path. Lives on the JavaScript thread (every method is called there).
 pub struct DirectSends {
-    inner: *mut Inner,
+    shared: *mut Shared,
 }
 
 // SAFETY: only ever used on the JavaScript thread that made it (napi calls and that
@@ -100,37 +129,47 @@ impl DirectSends {
         env: &napi::Env,
         queue: Arc<Queue>,
         report: Report,
+        on_thread: OnThread,
         elsewhere: Arc<AtomicUsize>,
     ) -> Option<Self> {
         let env_loop = env.get_uv_event_loop().ok()?;
-        if !uv::available() || env_loop.is_null() {
+        if !uv::available() || env_loop.is_null() || !enabled(std::env::var(DISABLE_VAR).ok()) {
             return None;
         }
         let wire = queue.engine().clone().direct_wire()?;
-        let inner = Box::into_raw(Box::new(Inner {
-            wire,
-            queue,
-            report,
-            elsewhere,
-            event_loop: env_loop,
-            timer: None,
-            conn: None,
-            connecting: None,
-            retry_at: None,
-            waiting: Vec::new(),
-            closed: false,
+        let shared = Box::into_raw(Box::new(Shared {
+            inner: std::cell::UnsafeCell::new(Inner {
+                wire,
+                queue,
+                report,
+                settled: Vec::new(),
+                home: std::ptr::null_mut(),
+                elsewhere,
+                event_loop: env_loop,
+                timer: None,
+                conn: None,
+                connecting: None,
+                retry_at: None,
+                waiting: Vec::new(),
+                closed: false,
+            }),
+            on_thread,
         }));
-        // SAFETY: `inner` is alive until Drop, which closes the timer first.
-        let timer = unsafe { uv::Timer::new(env_loop, inner as *mut c_void) };
-        // SAFETY: just made, not shared yet.
-        unsafe { (*inner).timer = timer };
-        Some(Self { inner })
+        // SAFETY: `shared` is alive until Drop, which closes the timer first; not shared yet.
+        unsafe {
+            let timer = uv::Timer::new(env_loop, shared as *mut c_void);
+            let inner = &mut *(*shared).inner.get();
+            inner.timer = timer;
+            inner.home = shared as *mut c_void;
+        }
+        Some(Self { shared })
     }
 
     #[allow(clippy::mut_from_ref)] // one thread; see the Send impl
     fn inner(&self) -> &mut Inner {
-        // SAFETY: one thread, and no callback runs while a napi call does.
-        unsafe { &mut *self.inner }
+        // SAFETY: one thread; no other borrow of the state is alive while a napi call runs
+        // (the loop callbacks let theirs go before reporting).
+        unsafe { &mut *(*self.shared).inner.get() }
     }
 
     /// Takes send `seq` if the direct path can serve it now (the message is handed back
@@ -144,7 +183,7 @@ impl DirectSends {
     pub fn shut(&self) {
         let inner = self.inner();
         inner.closed = true;
-        inner.fail(None);
+        inner.fail();
     }
 }
 
@@ -153,8 +192,8 @@ impl Drop for DirectSends {
         self.shut();
         // SAFETY: from Box::into_raw in `new`; its handles are closed (no callback can
         // reach it any more).
-        let mut inner = unsafe { Box::from_raw(self.inner) };
-        if let Some(mut timer) = inner.timer.take() {
+        let shared = unsafe { Box::from_raw(self.shared) };
+        if let Some(mut timer) = shared.inner.into_inner().timer.take() {
             timer.close();
         }
     }
@@ -165,26 +204,42 @@ unsafe extern "C" fn on_poll(
     status: std::ffi::c_int,
     events: std::ffi::c_int,
 ) {
-    // SAFETY: the handle's data is the Inner that owns it, alive while the handle is open.
-    let inner = unsafe { &mut *(uv::data_of(handle) as *mut Inner) };
-    if status < 0 {
-        inner.fail(Some(Error::connection(
-            "Redis transport failed during \"send\": the send connection failed",
-        )));
-        return;
-    }
-    if events & uv::WRITABLE != 0 {
-        inner.flush_unsent();
-    }
-    if events & uv::READABLE != 0 {
-        inner.read_replies();
+    // SAFETY: the handle's data is the Shared that owns it, alive while the handle is open.
+    unsafe {
+        serve(uv::data_of(handle) as *mut Shared, |inner| {
+            if status < 0 {
+                return inner.fail();
+            }
+            if events & uv::WRITABLE != 0 {
+                inner.flush_unsent();
+            }
+            if events & uv::READABLE != 0 {
+                inner.read_replies();
+            }
+        })
     }
 }
 
 unsafe extern "C" fn on_timer(handle: *mut c_void) {
     // SAFETY: as in on_poll.
-    let inner = unsafe { &mut *(uv::data_of(handle) as *mut Inner) };
-    inner.time_out();
+    unsafe { serve(uv::data_of(handle) as *mut Shared, Inner::time_out) }
+}
+
+/// Runs `work` on the state, then reports what it settled, with the state's borrow over.
+///
+/// # Safety
+/// `shared` must be alive, on its JavaScript thread, from a loop callback.
+unsafe fn serve(shared: *mut Shared, work: impl FnOnce(&mut Inner)) {
+    let settled = {
+        // SAFETY: per the contract; this borrow ends before any JavaScript runs.
+        let inner = unsafe { &mut *(*shared).inner.get() };
+        work(inner);
+        std::mem::take(&mut inner.settled)
+    };
+    for batch in settled {
+        // SAFETY: `on_thread` is not part of the state a reentrant send borrows.
+        unsafe { ((*shared).on_thread)(batch) };
+    }
 }
 
 impl Inner {
@@ -226,7 +281,7 @@ impl Inner {
                 return;
             }
         };
-        let data = self as *mut Inner as *mut c_void;
+        let data = self.home;
         // SAFETY: on the loop's thread; `self` outlives the handle (closed in `fail`).
         let Some(poll) = uv::socket_of(&socket)
             .and_then(|fd| unsafe { uv::Poll::new(self.event_loop, fd, data) })
@@ -242,6 +297,7 @@ impl Inner {
         self.conn = Some(Conn {
             socket,
             poll,
+            watching: uv::READABLE,
             unsent: Vec::new(),
             received: Vec::new(),
             flights: VecDeque::new(),
@@ -296,7 +352,7 @@ impl Inner {
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => return self.fail(None),
+                Err(_) => return self.fail(),
             }
         }
         let events = if conn.unsent.is_empty() {
@@ -304,8 +360,12 @@ impl Inner {
         } else {
             uv::READABLE | uv::WRITABLE
         };
-        if !conn.poll.start(events, on_poll) {
-            self.fail(None);
+        // Each start re-registers the descriptor with epoll: only when the events change.
+        if events != conn.watching {
+            conn.watching = events;
+            if !conn.poll.start(events, on_poll) {
+                self.fail();
+            }
         }
     }
 
@@ -370,7 +430,7 @@ impl Inner {
         }
         if ended {
             // Bytes the server sent for no batch, or the connection's end.
-            self.fail(None);
+            self.fail();
         } else if self.elsewhere.load(Ordering::Acquire) > 0 {
             let waiting = std::mem::take(&mut self.waiting);
             self.hand_over(Vec::new(), waiting);
@@ -379,11 +439,12 @@ impl Inner {
         }
     }
 
+    /// Notes a batch's outcome, reported by `serve` (only the loop's callbacks settle).
     fn settle(&mut self, flight: Flight, outcome: Outcome) {
         match outcome {
             Outcome::Stored(ids) => {
                 self.queue.note_sent(ids.len());
-                (self.report)(
+                self.settled.push(
                     flight
                         .seqs
                         .into_iter()
@@ -394,7 +455,7 @@ impl Inner {
             Outcome::NotRun => self.hand_over(vec![flight], Vec::new()),
             Outcome::Failed(err) => {
                 self.queue.note_send_failed(&err);
-                (self.report)(
+                self.settled.push(
                     flight
                         .seqs
                         .into_iter()
@@ -426,12 +487,12 @@ impl Inner {
         for flight in flights {
             self.settle(flight, Outcome::Failed(err.clone()));
         }
-        self.fail(None);
+        self.fail();
     }
 
     /// Gives the connection up. Batches still in flight are sent again on the runtime as the
     /// same batches, then the waiting sends; the direct path is tried again later.
-    fn fail(&mut self, _cause: Option<Error>) {
+    fn fail(&mut self) {
         if let Some(timer) = &self.timer {
             timer.stop();
         }
@@ -493,5 +554,20 @@ impl Inner {
             }
             elsewhere.fetch_sub(1, Ordering::AcqRel);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::enabled;
+
+    #[test]
+    fn only_an_explicit_no_turns_the_direct_path_off() {
+        for on in [None, Some(""), Some("1"), Some("yes"), Some("maybe")] {
+            assert!(enabled(on.map(str::to_owned)), "{on:?}");
+        }
+        for off in ["0", "false", "off", "no", " 0 "] {
+            assert!(!enabled(Some(off.to_owned())), "{off}");
+        }
     }
 }

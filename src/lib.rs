@@ -17,6 +17,7 @@ pub mod engine;
 pub mod error;
 pub mod fence;
 pub mod ident;
+pub mod loop_callback;
 pub mod outage;
 pub mod prefetch;
 pub mod queue;
@@ -365,6 +366,7 @@ mod exports {
             if sends.is_some() {
                 return Ok(());
             }
+            let on_loop = loop_callback::LoopCallback::new(env, &callback);
             let tsfn: SettledTsfn = callback
                 .build_threadsafe_function::<Vec<completions::Settled<String>>>()
                 .callee_handled::<false>()
@@ -386,12 +388,21 @@ mod exports {
             });
             *sends = Some(SendReporter { completions, tsfn });
             // A host without libuv (or an engine without the path) just has no direct path.
-            *self.direct.lock().unwrap_or_else(|p| p.into_inner()) = direct_sends::DirectSends::new(
-                env,
-                self.queue.clone(),
-                report,
-                self.elsewhere.clone(),
-            );
+            if let Some(on_loop) = on_loop {
+                let on_thread: direct_sends::OnThread = Box::new(move |batch| {
+                    // SAFETY: DirectSends calls this only from its libuv callbacks, on the
+                    // JavaScript thread, and drops it there.
+                    unsafe { on_loop.call(settled_sends(batch)) }
+                });
+                *self.direct.lock().unwrap_or_else(|p| p.into_inner()) =
+                    direct_sends::DirectSends::new(
+                        env,
+                        self.queue.clone(),
+                        report,
+                        on_thread,
+                        self.elsewhere.clone(),
+                    );
+            }
             Ok(())
         }
 
