@@ -21,6 +21,15 @@ pub struct Completions<T> {
     started: mpsc::UnboundedSender<Started<T>>,
 }
 
+// By hand: a derived one would ask `T: Clone`, and only the channel is cloned.
+impl<T> Clone for Completions<T> {
+    fn clone(&self) -> Self {
+        Self {
+            started: self.started.clone(),
+        }
+    }
+}
+
 impl<T: Send + 'static> Completions<T> {
     /// Starts the driver on the current tokio runtime; `report` receives each batch.
     pub fn start(report: impl Fn(Vec<Settled<T>>) + Send + 'static) -> Self {

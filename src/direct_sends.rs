@@ -41,6 +41,8 @@ pub trait DirectWire: Send + Sync + 'static {
     fn connect(&self) -> BoxFuture<'static, Result<std::net::TcpStream>>;
     /// The request storing `messages` as one batch, and how to store that batch again.
     fn encode(&self, messages: Vec<NewMessage>) -> (Vec<u8>, Resend);
+    /// How to store `messages` on the runtime, as a batch never sent before.
+    fn store(&self, messages: Vec<NewMessage>) -> Resend;
     /// The reply at the start of `buf` to a batch of `count` and its length, `None` if
     /// incomplete; an error if the bytes are no reply at all.
     fn read_reply(&self, buf: &[u8], count: usize) -> Result<Option<(Outcome, usize)>>;
@@ -52,6 +54,9 @@ pub type Report = Arc<dyn Fn(Vec<Settled<String>>) + Send + Sync>;
 /// Where sends settled on the JavaScript thread are reported, called from the loop's own
 /// callbacks (see `loop_callback`).
 pub type OnThread = Box<dyn Fn(Vec<Settled<String>>)>;
+
+/// Queues a send on the runtime's path, in call order with every other send there.
+pub type ToRuntime = Arc<dyn Fn(u32, NewMessage) -> Result<()> + Send + Sync>;
 
 /// The variable that turns the direct path off (`0` or `false`): every send then takes the
 /// runtime's path, as before it existed.
@@ -67,6 +72,12 @@ fn enabled(value: Option<String>) -> bool {
 /// How long after a failed connection or attempt the direct path is tried again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 const READ_CHUNK: usize = 16 * 1024;
+/// How long sends keep to the runtime's path after some piled up behind a direct batch: a
+/// concurrent load stays there instead of going back and forth with every batch.
+const CONCURRENT_SPELL: Duration = Duration::from_millis(100);
+/// Larger sends go to the runtime's path: writing them is work the I/O thread can do while
+/// JavaScript goes on (a lone one of this size, or the batch gathered behind a reply).
+const DIRECT_BYTES: usize = 64 * 1024;
 
 type Connecting = Arc<Mutex<Option<Result<std::net::TcpStream>>>>;
 
@@ -82,6 +93,8 @@ struct Conn {
     /// The events `poll` watches.
     watching: std::ffi::c_int,
     unsent: Vec<u8>,
+    /// How much of `unsent` is written.
+    written: usize,
     received: Vec<u8>,
     flights: VecDeque<Flight>,
 }
@@ -90,6 +103,7 @@ struct Inner {
     wire: Arc<dyn DirectWire>,
     queue: Arc<Queue>,
     report: Report,
+    to_runtime: ToRuntime,
     /// Batches settled here, reported once the callback that settled them is done with
     /// `Inner` (reporting runs JavaScript, which may send again).
     settled: Vec<Vec<Settled<String>>>,
@@ -102,6 +116,8 @@ struct Inner {
     conn: Option<Conn>,
     connecting: Option<Connecting>,
     retry_at: Option<Instant>,
+    /// Until when sends keep to the runtime's path (see CONCURRENT_SPELL).
+    concurrent_until: Option<Instant>,
     waiting: Vec<(NewMessage, u32)>,
     closed: bool,
 }
@@ -130,6 +146,7 @@ impl DirectSends {
         queue: Arc<Queue>,
         report: Report,
         on_thread: OnThread,
+        to_runtime: ToRuntime,
         elsewhere: Arc<AtomicUsize>,
     ) -> Option<Self> {
         let env_loop = env.get_uv_event_loop().ok()?;
@@ -142,6 +159,7 @@ impl DirectSends {
                 wire,
                 queue,
                 report,
+                to_runtime,
                 settled: Vec::new(),
                 home: std::ptr::null_mut(),
                 elsewhere,
@@ -150,6 +168,7 @@ impl DirectSends {
                 conn: None,
                 connecting: None,
                 retry_at: None,
+                concurrent_until: None,
                 waiting: Vec::new(),
                 closed: false,
             }),
@@ -175,7 +194,10 @@ impl DirectSends {
     /// Takes send `seq` if the direct path can serve it now (the message is handed back
     /// otherwise); an error for a send `Queue::send` would refuse at once.
     pub fn try_send(&self, seq: u32, message: NewMessage) -> Result<Option<NewMessage>> {
-        self.inner().try_send(seq, message)
+        let inner = self.inner();
+        let taken = inner.try_send(seq, message);
+        inner.report_elsewhere();
+        taken
     }
 
     /// No more direct sends: batches in flight are handed to the runtime (as the same batch),
@@ -184,6 +206,7 @@ impl DirectSends {
         let inner = self.inner();
         inner.closed = true;
         inner.fail();
+        inner.report_elsewhere();
     }
 }
 
@@ -253,7 +276,13 @@ impl Inner {
             return Ok(Some(message));
         };
         let idle = conn.flights.is_empty();
-        if idle && self.elsewhere.load(Ordering::Acquire) > 0 {
+        if idle
+            && (self.elsewhere.load(Ordering::Acquire) > 0
+                || weight(&message) > DIRECT_BYTES
+                || self
+                    .concurrent_until
+                    .is_some_and(|until| Instant::now() < until))
+        {
             return Ok(Some(message));
         }
         self.queue.check_send(&message)?;
@@ -299,6 +328,7 @@ impl Inner {
             poll,
             watching: uv::READABLE,
             unsent: Vec::new(),
+            written: 0,
             received: Vec::new(),
             flights: VecDeque::new(),
         });
@@ -344,16 +374,18 @@ impl Inner {
 
     fn flush_unsent(&mut self) {
         let Some(conn) = &mut self.conn else { return };
-        while !conn.unsent.is_empty() {
-            match conn.socket.write(&conn.unsent) {
+        while conn.written < conn.unsent.len() {
+            match conn.socket.write(&conn.unsent[conn.written..]) {
                 Ok(0) => break,
-                Ok(written) => {
-                    conn.unsent.drain(..written);
-                }
+                Ok(written) => conn.written += written,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => return self.fail(),
             }
+        }
+        if conn.written == conn.unsent.len() {
+            conn.unsent.clear();
+            conn.written = 0;
         }
         let events = if conn.unsent.is_empty() {
             uv::READABLE
@@ -431,15 +463,27 @@ impl Inner {
         if ended {
             // Bytes the server sent for no batch, or the connection's end.
             self.fail();
-        } else if self.elsewhere.load(Ordering::Acquire) > 0 {
-            let waiting = std::mem::take(&mut self.waiting);
-            self.hand_over(Vec::new(), waiting);
         } else {
-            self.write_next();
+            // Sends that piled up behind the reply are concurrent ones: the runtime's group
+            // commit serves them while JavaScript goes on; the direct path is for a send that
+            // finds nothing in flight.
+            let waiting = std::mem::take(&mut self.waiting);
+            if !waiting.is_empty() {
+                self.concurrent_until = Some(Instant::now() + CONCURRENT_SPELL);
+            }
+            self.hand_over(Vec::new(), waiting);
         }
     }
 
-    /// Notes a batch's outcome, reported by `serve` (only the loop's callbacks settle).
+    /// Reports through the threadsafe callback what was settled outside a loop callback (a
+    /// napi call cannot call into JavaScript from here).
+    fn report_elsewhere(&mut self) {
+        for batch in std::mem::take(&mut self.settled) {
+            (self.report)(batch);
+        }
+    }
+
+    /// Notes a batch's outcome, reported by `serve` (or `report_elsewhere`).
     fn settle(&mut self, flight: Flight, outcome: Outcome) {
         match outcome {
             Outcome::Stored(ids) => {
@@ -510,17 +554,24 @@ impl Inner {
         self.hand_over(flights, waiting);
     }
 
-    /// Sends `flights` again, then `waiting`, in that order, on the runtime.
+    /// Sends `flights` again on the runtime, as the same batches; `waiting` (never written)
+    /// joins the runtime's path, in order.
     fn hand_over(&mut self, flights: Vec<Flight>, waiting: Vec<(NewMessage, u32)>) {
-        if flights.is_empty() && waiting.is_empty() {
-            return;
+        // The resends' task first: on the runtime it then starts ahead of the waiting sends'
+        // statement (no order is promised for a batch in doubt).
+        if !flights.is_empty() {
+            self.resend(flights);
         }
-        let mut runs: Vec<(Vec<u32>, Resend)> =
+        for (message, seq) in waiting {
+            if let Err(err) = (self.to_runtime)(seq, message) {
+                self.settled.push(vec![(seq, Err(err))]);
+            }
+        }
+    }
+
+    fn resend(&mut self, flights: Vec<Flight>) {
+        let runs: Vec<(Vec<u32>, Resend)> =
             flights.into_iter().map(|f| (f.seqs, f.resend)).collect();
-        if !waiting.is_empty() {
-            let (messages, seqs): (Vec<NewMessage>, Vec<u32>) = waiting.into_iter().unzip();
-            runs.push((seqs, self.wire.encode(messages).1));
-        }
         self.elsewhere.fetch_add(1, Ordering::AcqRel);
         let (queue, report, elsewhere) = (
             self.queue.clone(),
@@ -555,6 +606,10 @@ impl Inner {
             elsewhere.fetch_sub(1, Ordering::AcqRel);
         });
     }
+}
+
+fn weight(message: &NewMessage) -> usize {
+    message.body.len() + message.headers.len()
 }
 
 #[cfg(test)]

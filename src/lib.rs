@@ -236,7 +236,8 @@ mod exports {
     >;
 
     struct SendReporter {
-        completions: completions::Completions<String>,
+        /// Queues a send on the runtime's path (group commit, settled through `completions`).
+        to_runtime: direct_sends::ToRuntime,
         /// Weak (it keeps no event loop alive) except while JavaScript waits on a send.
         tsfn: Arc<std::sync::Mutex<SettledTsfn>>,
     }
@@ -386,7 +387,22 @@ mod exports {
             let completions = within_runtime_if_available(|| {
                 completions::Completions::start(move |batch| to_js(batch))
             });
-            *sends = Some(SendReporter { completions, tsfn });
+            let (queue, elsewhere) = (self.queue.clone(), self.elsewhere.clone());
+            let to_runtime: direct_sends::ToRuntime = Arc::new(move |seq, message| {
+                // Queued here, on the calling thread: the order of calls is the order of the rows.
+                let stored = within_runtime_if_available(|| queue.send(message))?;
+                let elsewhere = elsewhere.clone();
+                elsewhere.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                completions.push(seq, async move {
+                    let result = stored.await;
+                    elsewhere.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                    result
+                })
+            });
+            *sends = Some(SendReporter {
+                to_runtime: to_runtime.clone(),
+                tsfn,
+            });
             // A host without libuv (or an engine without the path) just has no direct path.
             if let Some(on_loop) = on_loop {
                 let on_thread: direct_sends::OnThread = Box::new(move |batch| {
@@ -400,6 +416,7 @@ mod exports {
                         self.queue.clone(),
                         report,
                         on_thread,
+                        to_runtime,
                         self.elsewhere.clone(),
                     );
             }
@@ -433,15 +450,7 @@ mod exports {
                     Some(back) => message = back,
                 }
             }
-            // Queued here, on the calling thread: the order of calls is the order of the rows.
-            let stored = within_runtime_if_available(|| self.queue.send(message))?;
-            let elsewhere = self.elsewhere.clone();
-            elsewhere.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            Ok(reporter.completions.push(seq, async move {
-                let result = stored.await;
-                elsewhere.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-                result
-            })?)
+            Ok((reporter.to_runtime)(seq, message)?)
         }
 
         /// Keeps the event loop alive while JavaScript waits on sends (from the first one
