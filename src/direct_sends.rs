@@ -447,6 +447,8 @@ impl Inner {
             if let Some(timer) = &self.timer {
                 timer.stop();
             }
+            // Bytes no batch asked for would be taken for the next batch's reply.
+            ended |= !conn.received.is_empty();
         }
         let mut not_run = Vec::new();
         for (flight, outcome) in settled {
