@@ -367,7 +367,12 @@ mod exports {
             if sends.is_some() {
                 return Ok(());
             }
-            let on_loop = loop_callback::LoopCallback::new(env, &callback);
+            // Only for an engine with a direct path: nothing more is kept for the others.
+            let on_loop = if self.queue.engine().clone().direct_wire().is_some() {
+                loop_callback::LoopCallback::new(env, &callback)
+            } else {
+                None
+            };
             let tsfn: SettledTsfn = callback
                 .build_threadsafe_function::<Vec<completions::Settled<String>>>()
                 .callee_handled::<false>()
