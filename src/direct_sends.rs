@@ -52,7 +52,7 @@ pub trait DirectWire: Send + Sync + 'static {
 pub type Report = Arc<dyn Fn(Vec<Settled<String>>) + Send + Sync>;
 
 /// Where sends settled on the JavaScript thread are reported, called from the loop's own
-/// callbacks (see `loop_callback`).
+/// callbacks once they are done with the state (it may call into JavaScript).
 pub type OnThread = Box<dyn Fn(Vec<Settled<String>>)>;
 
 /// Queues a send on the runtime's path, in call order with every other send there.

@@ -17,7 +17,6 @@ pub mod engine;
 pub mod error;
 pub mod fence;
 pub mod ident;
-pub mod loop_callback;
 pub mod outage;
 pub mod prefetch;
 pub mod queue;
@@ -367,12 +366,6 @@ mod exports {
             if sends.is_some() {
                 return Ok(());
             }
-            // Only for an engine with a direct path: nothing more is kept for the others.
-            let on_loop = if self.queue.engine().clone().direct_wire().is_some() {
-                loop_callback::LoopCallback::new(env, &callback)
-            } else {
-                None
-            };
             let tsfn: SettledTsfn = callback
                 .build_threadsafe_function::<Vec<completions::Settled<String>>>()
                 .callee_handled::<false>()
@@ -409,22 +402,19 @@ mod exports {
                 tsfn,
             });
             // A host without libuv (or an engine without the path) just has no direct path.
-            if let Some(on_loop) = on_loop {
-                let on_thread: direct_sends::OnThread = Box::new(move |batch| {
-                    // SAFETY: DirectSends calls this only from its libuv callbacks, on the
-                    // JavaScript thread, and drops it there.
-                    unsafe { on_loop.call(settled_sends(batch)) }
-                });
-                *self.direct.lock().unwrap_or_else(|p| p.into_inner()) =
-                    direct_sends::DirectSends::new(
-                        env,
-                        self.queue.clone(),
-                        report,
-                        on_thread,
-                        to_runtime,
-                        self.elsewhere.clone(),
-                    );
-            }
+            // Its settles go through the threadsafe callback too: calling JavaScript from the
+            // loop callback (napi_make_callback with an async context of ours) was tried and
+            // coincided with two rare failures in other tests (see the README).
+            let to_js = report.clone();
+            let on_thread: direct_sends::OnThread = Box::new(move |batch| to_js(batch));
+            *self.direct.lock().unwrap_or_else(|p| p.into_inner()) = direct_sends::DirectSends::new(
+                env,
+                self.queue.clone(),
+                report,
+                on_thread,
+                to_runtime,
+                self.elsewhere.clone(),
+            );
             Ok(())
         }
 
