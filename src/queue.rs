@@ -288,7 +288,12 @@ impl Queue {
         self.fence.record(&rows);
         let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
         buffer.handed_at = Some((Instant::now(), buffer.rows.len() + rows.len()));
-        buffer.renewed_at = Some(Instant::now());
+        // The renewal clock is the oldest claim held: rows still buffered or in a handler
+        // keep theirs, or a consumer that claims more often than the renewal period would
+        // never renew a slow handler's message.
+        if buffer.rows.is_empty() && buffer.in_flight.is_empty() {
+            buffer.renewed_at = Some(Instant::now());
+        }
         buffer.last_taken = Some(Instant::now());
         buffer.requested = requested as usize;
         buffer.full = rows.len() >= requested as usize && requested > 1;

@@ -119,6 +119,41 @@ describe.each(ENGINES)('slow and stuck handlers on $engine.label', ({ engine, op
     expect(await other.getMessageCount()).toBe(0);
   }, 20000);
 
+  it('keeps renewing a slow message while its worker goes on claiming others (concurrent handlers)', async () => {
+    const target = engines.uniqueName('busy');
+    const worker = transport(target);
+    const other = transport(target);
+    const sender = transport(target);
+    await sender.send(new Envelope(new SlowMessage(0)));
+    const controller = new AbortController();
+    loops.push(controller);
+    const iterator = worker.get(controller.signal)[Symbol.asyncIterator]();
+    const { value: slow } = await iterator.next();
+    expect(slow.message.n).toBe(0);
+
+    // The worker's other handlers take a fresh batch every few tens of milliseconds (each
+    // one claimed while the slow message is in flight) for 3.5 leases; a competitor consumes too.
+    const competitor = consume(other);
+    const startedAt = Date.now();
+    let n = 1;
+    const taking = (async () => {
+      while (!controller.signal.aborted) {
+        const { value, done } = await iterator.next();
+        if (done) return;
+        await worker.ack(value);
+      }
+    })();
+    while (Date.now() - startedAt < LEASE_MS * 3.5) {
+      await sender.send(new Envelope(new SlowMessage(n)));
+      n += 1;
+      await sleep(30);
+    }
+    expect(competitor.received.map((e) => e.message.n)).not.toContain(0);
+    await worker.ack(slow);
+    controller.abort();
+    await taking.catch(() => {});
+  }, 20000);
+
   it('hands the rows prefetched behind a stuck handler back to other consumers; the stuck message stays with its worker', async () => {
     const target = engines.uniqueName('stuck');
     const worker = transport(target);
