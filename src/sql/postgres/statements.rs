@@ -139,8 +139,13 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
                FROM original RETURNING id, queue_name \
              ) {redeliver_tail}"
         ),
+        // Like the claim, a renewal does not wait for its WAL flush: one lost in a crash
+        // leaves the claim at its previous lease, as the crash leaves every other claim, and
+        // a renewal stuck behind a busy disk would let a live handler's message lapse.
         renew_head: format!(
-            "UPDATE {t} SET delivered_at = now() WHERE delivered_at IS NOT NULL AND "
+            "UPDATE {t} SET delivered_at = now() \
+             FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed \
+             WHERE delivered_at IS NOT NULL AND "
         ),
         release_stamped,
         release_head,
