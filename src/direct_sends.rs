@@ -41,19 +41,14 @@ pub trait DirectWire: Send + Sync + 'static {
     fn connect(&self) -> BoxFuture<'static, Result<std::net::TcpStream>>;
     /// The request storing `messages` as one batch, and how to store that batch again.
     fn encode(&self, messages: Vec<NewMessage>) -> (Vec<u8>, Resend);
-    /// How to store `messages` on the runtime, as a batch never sent before.
-    fn store(&self, messages: Vec<NewMessage>) -> Resend;
     /// The reply at the start of `buf` to a batch of `count` and its length, `None` if
     /// incomplete; an error if the bytes are no reply at all.
     fn read_reply(&self, buf: &[u8], count: usize) -> Result<Option<(Outcome, usize)>>;
 }
 
-/// Where settled sends are reported from any thread (the queue's threadsafe callback).
+/// Where settled sends are reported, from any thread: the queue's threadsafe callback, which
+/// queues the call, so reporting never runs JavaScript inside the state's own callbacks.
 pub type Report = Arc<dyn Fn(Vec<Settled<String>>) + Send + Sync>;
-
-/// Where sends settled on the JavaScript thread are reported, called from the loop's own
-/// callbacks once they are done with the state (it may call into JavaScript).
-pub type OnThread = Box<dyn Fn(Vec<Settled<String>>)>;
 
 /// Queues a send on the runtime's path, in call order with every other send there.
 pub type ToRuntime = Arc<dyn Fn(u32, NewMessage) -> Result<()> + Send + Sync>;
@@ -104,10 +99,7 @@ struct Inner {
     queue: Arc<Queue>,
     report: Report,
     to_runtime: ToRuntime,
-    /// Batches settled here, reported once the callback that settled them is done with
-    /// `Inner` (reporting runs JavaScript, which may send again).
-    settled: Vec<Vec<Settled<String>>>,
-    /// The `Shared` this lives in: the handles' data.
+    /// Where this lives (the handles' data).
     home: *mut c_void,
     /// Sends of this queue on the runtime's path not settled yet.
     elsewhere: Arc<AtomicUsize>,
@@ -122,16 +114,11 @@ struct Inner {
     closed: bool,
 }
 
-/// The state and where it reports: apart, so that JavaScript called by the report can send
-/// again (borrowing the state) while no borrow of it is held.
-struct Shared {
-    inner: std::cell::UnsafeCell<Inner>,
-    on_thread: OnThread,
-}
-
-/// One queue's direct path. Lives on the JavaScript thread (every method is called there).
+/// One queue's direct path. Lives on the JavaScript thread: every method is called there,
+/// and so are the loop's callbacks, which never call into JavaScript (settles are queued
+/// through `report`); so at most one borrow of the state is ever alive.
 pub struct DirectSends {
-    shared: *mut Shared,
+    inner: *mut Inner,
 }
 
 // SAFETY: only ever used on the JavaScript thread that made it (napi calls and that
@@ -145,7 +132,6 @@ impl DirectSends {
         env: &napi::Env,
         queue: Arc<Queue>,
         report: Report,
-        on_thread: OnThread,
         to_runtime: ToRuntime,
         elsewhere: Arc<AtomicUsize>,
     ) -> Option<Self> {
@@ -154,50 +140,40 @@ impl DirectSends {
             return None;
         }
         let wire = queue.engine().clone().direct_wire()?;
-        let shared = Box::into_raw(Box::new(Shared {
-            inner: std::cell::UnsafeCell::new(Inner {
-                wire,
-                queue,
-                report,
-                to_runtime,
-                settled: Vec::new(),
-                home: std::ptr::null_mut(),
-                elsewhere,
-                event_loop: env_loop,
-                timer: None,
-                conn: None,
-                connecting: None,
-                retry_at: None,
-                concurrent_until: None,
-                waiting: Vec::new(),
-                closed: false,
-            }),
-            on_thread,
+        let inner = Box::into_raw(Box::new(Inner {
+            wire,
+            queue,
+            report,
+            to_runtime,
+            home: std::ptr::null_mut(),
+            elsewhere,
+            event_loop: env_loop,
+            timer: None,
+            conn: None,
+            connecting: None,
+            retry_at: None,
+            concurrent_until: None,
+            waiting: Vec::new(),
+            closed: false,
         }));
-        // SAFETY: `shared` is alive until Drop, which closes the timer first; not shared yet.
+        // SAFETY: `inner` is alive until Drop, which closes the timer first; not shared yet.
         unsafe {
-            let timer = uv::Timer::new(env_loop, shared as *mut c_void);
-            let inner = &mut *(*shared).inner.get();
-            inner.timer = timer;
-            inner.home = shared as *mut c_void;
+            (*inner).timer = uv::Timer::new(env_loop, inner as *mut c_void);
+            (*inner).home = inner as *mut c_void;
         }
-        Some(Self { shared })
+        Some(Self { inner })
     }
 
-    #[allow(clippy::mut_from_ref)] // one thread; see the Send impl
+    #[allow(clippy::mut_from_ref)] // one thread, one borrow at a time: see the struct
     fn inner(&self) -> &mut Inner {
-        // SAFETY: one thread; no other borrow of the state is alive while a napi call runs
-        // (the loop callbacks let theirs go before reporting).
-        unsafe { &mut *(*self.shared).inner.get() }
+        // SAFETY: as the struct says; alive until Drop.
+        unsafe { &mut *self.inner }
     }
 
     /// Takes send `seq` if the direct path can serve it now (the message is handed back
     /// otherwise); an error for a send `Queue::send` would refuse at once.
     pub fn try_send(&self, seq: u32, message: NewMessage) -> Result<Option<NewMessage>> {
-        let inner = self.inner();
-        let taken = inner.try_send(seq, message);
-        inner.report_elsewhere();
-        taken
+        self.inner().try_send(seq, message)
     }
 
     /// No more direct sends: batches in flight are handed to the runtime (as the same batch),
@@ -206,17 +182,16 @@ impl DirectSends {
         let inner = self.inner();
         inner.closed = true;
         inner.fail();
-        inner.report_elsewhere();
     }
 }
 
 impl Drop for DirectSends {
     fn drop(&mut self) {
         self.shut();
-        // SAFETY: from Box::into_raw in `new`; its handles are closed (no callback can
-        // reach it any more).
-        let shared = unsafe { Box::from_raw(self.shared) };
-        if let Some(mut timer) = shared.inner.into_inner().timer.take() {
+        // SAFETY: from Box::into_raw in `new`; its poll handle is closed (by `shut`) and its
+        // timer is closed here, so no callback can reach it any more.
+        let mut inner = unsafe { Box::from_raw(self.inner) };
+        if let Some(mut timer) = inner.timer.take() {
             timer.close();
         }
     }
@@ -227,42 +202,23 @@ unsafe extern "C" fn on_poll(
     status: std::ffi::c_int,
     events: std::ffi::c_int,
 ) {
-    // SAFETY: the handle's data is the Shared that owns it, alive while the handle is open.
-    unsafe {
-        serve(uv::data_of(handle) as *mut Shared, |inner| {
-            if status < 0 {
-                return inner.fail();
-            }
-            if events & uv::WRITABLE != 0 {
-                inner.flush_unsent();
-            }
-            if events & uv::READABLE != 0 {
-                inner.read_replies();
-            }
-        })
+    // SAFETY: the handle's data is the Inner that owns it, alive while the handle is open;
+    // on its JavaScript thread, outside any napi call (see DirectSends).
+    let inner = unsafe { &mut *(uv::data_of(handle) as *mut Inner) };
+    if status < 0 {
+        return inner.fail();
+    }
+    if events & uv::WRITABLE != 0 {
+        inner.flush_unsent();
+    }
+    if events & uv::READABLE != 0 {
+        inner.read_replies();
     }
 }
 
 unsafe extern "C" fn on_timer(handle: *mut c_void) {
     // SAFETY: as in on_poll.
-    unsafe { serve(uv::data_of(handle) as *mut Shared, Inner::time_out) }
-}
-
-/// Runs `work` on the state, then reports what it settled, with the state's borrow over.
-///
-/// # Safety
-/// `shared` must be alive, on its JavaScript thread, from a loop callback.
-unsafe fn serve(shared: *mut Shared, work: impl FnOnce(&mut Inner)) {
-    let settled = {
-        // SAFETY: per the contract; this borrow ends before any JavaScript runs.
-        let inner = unsafe { &mut *(*shared).inner.get() };
-        work(inner);
-        std::mem::take(&mut inner.settled)
-    };
-    for batch in settled {
-        // SAFETY: `on_thread` is not part of the state a reentrant send borrows.
-        unsafe { ((*shared).on_thread)(batch) };
-    }
+    unsafe { &mut *(uv::data_of(handle) as *mut Inner) }.time_out();
 }
 
 impl Inner {
@@ -477,20 +433,12 @@ impl Inner {
         }
     }
 
-    /// Reports through the threadsafe callback what was settled outside a loop callback (a
-    /// napi call cannot call into JavaScript from here).
-    fn report_elsewhere(&mut self) {
-        for batch in std::mem::take(&mut self.settled) {
-            (self.report)(batch);
-        }
-    }
-
-    /// Notes a batch's outcome, reported by `serve` (or `report_elsewhere`).
+    /// Reports a batch's outcome.
     fn settle(&mut self, flight: Flight, outcome: Outcome) {
         match outcome {
             Outcome::Stored(ids) => {
                 self.queue.note_sent(ids.len());
-                self.settled.push(
+                (self.report)(
                     flight
                         .seqs
                         .into_iter()
@@ -501,7 +449,7 @@ impl Inner {
             Outcome::NotRun => self.hand_over(vec![flight], Vec::new()),
             Outcome::Failed(err) => {
                 self.queue.note_send_failed(&err);
-                self.settled.push(
+                (self.report)(
                     flight
                         .seqs
                         .into_iter()
@@ -566,7 +514,7 @@ impl Inner {
         }
         for (message, seq) in waiting {
             if let Err(err) = (self.to_runtime)(seq, message) {
-                self.settled.push(vec![(seq, Err(err))]);
+                (self.report)(vec![(seq, Err(err))]);
             }
         }
     }

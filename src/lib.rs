@@ -405,13 +405,10 @@ mod exports {
             // Its settles go through the threadsafe callback too: calling JavaScript from the
             // loop callback (napi_make_callback with an async context of ours) was tried and
             // coincided with two rare failures in other tests (see the README).
-            let to_js = report.clone();
-            let on_thread: direct_sends::OnThread = Box::new(move |batch| to_js(batch));
             *self.direct.lock().unwrap_or_else(|p| p.into_inner()) = direct_sends::DirectSends::new(
                 env,
                 self.queue.clone(),
                 report,
-                on_thread,
                 to_runtime,
                 self.elsewhere.clone(),
             );

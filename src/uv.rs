@@ -234,16 +234,9 @@ impl Timer {
     }
 
     pub fn close(&mut self) {
+        self.stop();
         if let Some(raw) = self.0.take() {
-            self.stop_raw(&raw);
             raw.close(UV_TIMER);
-        }
-    }
-
-    fn stop_raw(&self, raw: &Raw) {
-        if let Some(api) = api() {
-            // SAFETY: an initialised, open handle.
-            unsafe { (api.timer_stop)(raw.0) };
         }
     }
 }

@@ -168,12 +168,6 @@ impl DirectWire for RedisWire {
         (request, resend)
     }
 
-    fn store(&self, messages: Vec<NewMessage>) -> Resend {
-        let batch = SendBatch::new(&self.queue.config.stream, &messages, false);
-        let queue = self.queue.clone();
-        Box::new(move || Box::pin(async move { queue.insert_batch(&messages, batch).await }))
-    }
-
     fn read_reply(&self, buf: &[u8], count: usize) -> Result<Option<(Outcome, usize)>> {
         let Some((reply, used)) = resp::parse(buf).map_err(|e| {
             Error::connection(format!(
