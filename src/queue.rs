@@ -232,12 +232,11 @@ impl Queue {
         self.guard_open("send")?;
         self.engine.check_message(&message)?;
         let stored = self.sends.enqueue(message)?;
-        let (bound, unanswered) = (self.engine.send_bound(), self.engine.unanswered_send());
-        let counters = self.counters.clone();
+        let (engine, counters) = (self.engine.clone(), self.counters.clone());
         Ok(async move {
-            let result = tokio::time::timeout(bound, stored)
+            let result = tokio::time::timeout(engine.send_bound(), stored)
                 .await
-                .unwrap_or(Err(unanswered));
+                .unwrap_or_else(|_| Err(engine.unanswered_send()));
             if let Err(err) = &result {
                 counters.failed(err);
             }
