@@ -6,12 +6,6 @@
 #[cfg_attr(not(test), macro_use)]
 extern crate napi_derive;
 
-/// Rust's allocations in this addon: strings and rows are made on one thread and freed on
-/// another (the JavaScript thread and the I/O thread), which glibc's per-thread arenas serve
-/// with a lock both threads contend for.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 pub mod backoff;
 pub mod batch;
 pub mod completions;
