@@ -99,8 +99,6 @@ struct Inner {
     queue: Arc<Queue>,
     report: Report,
     to_runtime: ToRuntime,
-    /// Where this lives (the handles' data).
-    home: *mut c_void,
     /// Sends of this queue on the runtime's path not settled yet.
     elsewhere: Arc<AtomicUsize>,
     event_loop: uv::LoopPtr,
@@ -145,7 +143,6 @@ impl DirectSends {
             queue,
             report,
             to_runtime,
-            home: std::ptr::null_mut(),
             elsewhere,
             event_loop: env_loop,
             timer: None,
@@ -159,7 +156,6 @@ impl DirectSends {
         // SAFETY: `inner` is alive until Drop, which closes the timer first; not shared yet.
         unsafe {
             (*inner).timer = uv::Timer::new(env_loop, inner as *mut c_void);
-            (*inner).home = inner as *mut c_void;
         }
         Some(Self { inner })
     }
@@ -266,7 +262,8 @@ impl Inner {
                 return;
             }
         };
-        let data = self.home;
+        // The handles' data is the state itself: boxed in `DirectSends::new`, never moved.
+        let data = self as *mut Inner as *mut c_void;
         // SAFETY: on the loop's thread; `self` outlives the handle (closed in `fail`).
         let Some(poll) = uv::socket_of(&socket)
             .and_then(|fd| unsafe { uv::Poll::new(self.event_loop, fd, data) })
