@@ -8,6 +8,10 @@ use crate::sql::dialect::TableStatements;
 /// exact whatever the column's precision).
 pub const TOKEN_OF: &str = "(extract(epoch FROM delivered_at) * 1000000)::bigint";
 
+/// Makes the statement's transaction commit without waiting for its WAL flush (claims and
+/// renewals: one lost in a crash only leaves its rows at their previous lease or claimable).
+const RELAXED_COMMIT: &str = "set_config('synchronous_commit', 'off', true)";
+
 /// PostgreSQL's own statements (the shared-shape ones are in [`TableStatements`]).
 pub struct PgStatements {
     pub create_table: String,
@@ -120,7 +124,7 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
         // claimable again (its settles are fenced out), and an idle consumer's wake-up is
         // then one flush shorter. Sends, acks and rejects keep the server's setting.
         claim: format!(
-            "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true) AS setting), \
+            "WITH relaxed AS (SELECT {RELAXED_COMMIT} AS setting), \
              due AS ( \
                SELECT id FROM {t} WHERE {claimable} \
                ORDER BY available_at, delivered_at, id LIMIT $3 FOR UPDATE SKIP LOCKED \
@@ -144,7 +148,7 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
         // a renewal stuck behind a busy disk would let a live handler's message lapse.
         renew_head: format!(
             "UPDATE {t} SET delivered_at = now() \
-             FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed \
+             FROM (SELECT {RELAXED_COMMIT}) AS relaxed \
              WHERE delivered_at IS NOT NULL AND "
         ),
         release_stamped,
