@@ -178,13 +178,22 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: soak under faults', (engine
     if (confirmed.size < MESSAGES * 0.5) broken.push(`only ${confirmed.size} of ${MESSAGES} sends confirmed`);
     if (faults.length < 3) broken.push(`only ${faults.length} faults injected (the soak was too short to cycle through them)`);
     if (consumerFailures.length > 0) broken.push(...consumerFailures.slice(0, 5));
-    if (closes.some((c) => c.timeout || c.error)) broken.push('a close() failed or hung');
+    const failedCloses = closes.filter((c) => c.timeout || c.error);
+    if (failedCloses.length > 0) {
+      broken.push(`${failedCloses.length} close() failed or hung: ${failedCloses.map((c) => (c.timeout ? 'timed out' : c.error.message)).join(' | ')}`);
+    }
     if (growth > NATIVE_GROWTH_BOUND) broken.push(`memory outside the JS heap grew ${(growth * 100).toFixed(1)}% from the first fifth to the end`);
-    if (openThroughProxy > 0) broken.push(`${openThroughProxy} connections through the proxy still open ${HANDLES_DRAIN_MS} ms after every transport closed`);
+    if (openThroughProxy > 0) {
+      broken.push(
+        `${openThroughProxy} connections through the proxy still open ${HANDLES_DRAIN_MS} ms after every transport closed (${proxy.describeLinks().join('; ')})`,
+      );
+    }
     if (handlesAfter > handlesBefore) {
       broken.push(`${handlesAfter - handlesBefore} active handles left after every transport closed (${handleKinds()})`);
     }
     if (left.length > 0) broken.push(`${left.length} messages left in storage`);
+    // Printed as well as asserted: a CI log keeps the console line whole where it cuts a diff.
+    if (broken.length > 0) console.log(`[soak ${engine}] broken: ${broken.join(' / ')}`);
     expect(broken).toEqual([]);
   }, 600_000);
 });

@@ -78,6 +78,8 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
   }
 
   function onClientData(link, chunk) {
+    link.lastDataAt = Date.now();
+    link.bytesUp += chunk.length;
     if (link.doomed) return;
     const index = traps.findIndex((trap) => trap.matches(chunk));
     if (index >= 0) {
@@ -98,6 +100,8 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
   }
 
   function onServerData(link, chunk) {
+    link.lastDataAt = Date.now();
+    link.bytesDown += chunk.length;
     if (link.doomed) {
       // The server answered the doomed chunk: the reply is dropped, the client reset.
       link.onDoomedReply?.();
@@ -109,7 +113,7 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
   const server = net.createServer({ pauseOnConnect: true }, (client) => {
     accepted += 1;
     const upstream = net.connect({ host: targetHost, port: targetPort });
-    const link = { client, upstream, doomed: false, onDoomedReply: undefined };
+    const link = { client, upstream, doomed: false, onDoomedReply: undefined, openedAt: Date.now(), lastDataAt: Date.now(), bytesUp: 0, bytesDown: 0 };
     links.add(link);
     client.setNoDelay(true);
     upstream.setNoDelay(true);
@@ -161,6 +165,13 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
     /** Live proxied connections. */
     get connections() {
       return links.size;
+    },
+    /** What each live connection did: for a test's failure message. */
+    describeLinks() {
+      const now = Date.now();
+      return [...links].map(
+        (l) => `opened ${now - l.openedAt} ms ago, last data ${now - l.lastDataAt} ms ago, ${l.bytesUp} B up, ${l.bytesDown} B down`,
+      );
     },
     /** Connections accepted since start. */
     get accepted() {
