@@ -20,6 +20,9 @@ use std::time::{Duration, Instant};
 /// first checks its connection with a ping (they may all have died with the server).
 const SUSPECT_WINDOW: Duration = Duration::from_secs(30);
 
+/// How long the last queue out waits for the target's connections to close.
+const POOL_CLOSE_BOUND: Duration = Duration::from_secs(2);
+
 /// Connections per pool (per process and DSN) of a server dialect.
 pub const MAX_POOL_CONNECTIONS: u32 = 10;
 
@@ -66,9 +69,24 @@ impl<D: SqlDialect> SqlTarget<D> {
     pub async fn leave(self: &Arc<Self>) {
         if D::targets().leave(&self.key, self) {
             D::close_target(self).await;
-            tokio::time::timeout(Duration::from_secs(2), self.pool.close())
+            tokio::time::timeout(POOL_CLOSE_BOUND, self.close_every_connection())
                 .await
                 .ok();
+        }
+    }
+
+    /// Closes the pool until no connection is left. One `Pool::close` is not enough: a
+    /// connection whose return to the pool (a ping, then back to the idle queue) was under
+    /// way while the close ran can land in the idle queue after the close's last look at it,
+    /// and would then stay open, idle, for as long as the target lives (seen in the MariaDB
+    /// soak: one connection still open seconds after every transport had closed).
+    async fn close_every_connection(&self) {
+        loop {
+            self.pool.close().await;
+            if self.pool.size() == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 
