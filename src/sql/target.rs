@@ -69,24 +69,7 @@ impl<D: SqlDialect> SqlTarget<D> {
     pub async fn leave(self: &Arc<Self>) {
         if D::targets().leave(&self.key, self) {
             D::close_target(self).await;
-            tokio::time::timeout(POOL_CLOSE_BOUND, self.close_every_connection())
-                .await
-                .ok();
-        }
-    }
-
-    /// Closes the pool until no connection is left. One `Pool::close` is not enough: a
-    /// connection whose return to the pool (a ping, then back to the idle queue) was under
-    /// way while the close ran can land in the idle queue after the close's last look at it,
-    /// and would then stay open, idle, for as long as the target lives (seen in the MariaDB
-    /// soak: one connection still open seconds after every transport had closed).
-    async fn close_every_connection(&self) {
-        loop {
-            self.pool.close().await;
-            if self.pool.size() == 0 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            close_pool(&self.pool, POOL_CLOSE_BOUND).await;
         }
     }
 
@@ -197,6 +180,24 @@ impl<D: SqlDialect> SqlTarget<D> {
         };
         driver_error(D::FACTS.label, op, D::classify(err), &detail, &self.secrets)
     }
+}
+
+/// Closes `pool` until no connection is left, for at most `bound`. One `Pool::close` is not
+/// enough: a connection whose return to the pool (a ping, then back to the idle queue) was
+/// under way while the close ran can land in the idle queue after the close's last look at
+/// it, and would then stay open, idle, for as long as the pool lives (seen in the MariaDB
+/// soak: one connection still open seconds after every transport had closed).
+pub async fn close_pool<DB: Database>(pool: &Pool<DB>, bound: Duration) {
+    let until_empty = async {
+        loop {
+            pool.close().await;
+            if pool.size() == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(bound, until_empty).await.ok();
 }
 
 /// The pool settings of a server dialect.

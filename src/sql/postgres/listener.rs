@@ -83,9 +83,7 @@ impl PgNotifyListener {
     pub async fn stop(&self) {
         self.stop.cancel();
         lock(&self.live).clear();
-        tokio::time::timeout(Duration::from_secs(1), self.pool.close())
-            .await
-            .ok();
+        crate::sql::target::close_pool(&self.pool, Duration::from_secs(1)).await;
     }
 
     async fn run(self: Arc<Self>) {
