@@ -3,9 +3,9 @@
 // MariaDB's limit for the native transport's own consume statements, sent in the order and
 // the protocol the transport sends them (src/sql/mysql/mod.rs `claim`, sqlx 0.8): BEGIN
 // (text); the claim SELECT … FOR UPDATE SKIP LOCKED as a cached prepared statement; the
-// UPDATE of `delivered_at` to the claim's token prepared, run and closed (`persistent(false)`);
-// COMMIT (text); then the fenced batched DELETE as plain text (`execute_counted`). One
-// connection, one statement at a time.
+// UPDATE of `delivered_at` to the claim's token and the COMMIT as one text round trip (COMMIT
+// alone when the claim found nothing); then the fenced batched DELETE as plain text
+// (`execute_counted`). One connection, one round trip at a time.
 
 const { ENGINES } = require('./engines');
 const { drainPrefilled } = require('./limit-queue');
@@ -32,10 +32,7 @@ async function claimAndDelete(connection, queue, batch) {
   // inlines it: an integer, never a value from outside.
   const token = rows[0].token;
   const ids = `(${rows.map((row) => row.id).join(',')})`;
-  const mark = await connection.prepare(`UPDATE ${TABLE} SET delivered_at = '1970-01-01' + INTERVAL ${token} MICROSECOND WHERE id IN ${ids}`);
-  await mark.execute([]);
-  mark.close();
-  await connection.query('COMMIT');
+  await connection.query(`UPDATE ${TABLE} SET delivered_at = '1970-01-01' + INTERVAL ${token} MICROSECOND WHERE id IN ${ids}; COMMIT`);
   await connection.query(`DELETE FROM ${TABLE} WHERE (${TOKEN_OF} = ${token} AND id IN ${ids})`);
   return rows.length;
 }
@@ -54,6 +51,7 @@ function mysqlOwnStatementsLimit(depth, batch = 100) {
       uri: ENGINES.mysql.dsn.replace(/^mariadb:/, 'mysql:'),
       supportBigNumbers: true,
       bigNumberStrings: true,
+      multipleStatements: true,
     });
     try {
       const started = process.hrtime.bigint();

@@ -14,7 +14,7 @@ const { redisOwnCommandsLimit } = require('./limit-redis');
 /** Per engine: what its limit runs (for the report) and the measurement. */
 const OWN_STATEMENTS = {
   postgres: { label: 'pgbench, claim stamping delivered_at + fenced batched DELETE', measure: postgresOwnStatementsLimit },
-  mysql: { label: 'mysql2, BEGIN; SELECT … FOR UPDATE SKIP LOCKED; UPDATE delivered_at; COMMIT + batched DELETE', measure: mysqlOwnStatementsLimit },
+  mysql: { label: 'mysql2, BEGIN; SELECT … FOR UPDATE SKIP LOCKED; UPDATE delivered_at + COMMIT in one round trip; batched DELETE', measure: mysqlOwnStatementsLimit },
   redis: { label: 'ioredis, promote script + XREADGROUP + settle script (XACK + XDEL)', measure: redisOwnCommandsLimit },
 };
 

@@ -192,11 +192,15 @@ impl SqlDialect for MySql {
                         })
                         .collect(),
                 );
-                let sql = queue.sql.mark_delivered(token, &ids);
-                sqlx::query(&sql)
-                    .persistent(false)
-                    .execute(&mut *tx)
-                    .await?;
+                // The UPDATE and the COMMIT go as one text round trip: a prepared UPDATE
+                // (its text differs per claim) is a PREPARE, an EXECUTE and a CLOSE, so two
+                // round trips before the COMMIT's. If the UPDATE fails the server runs
+                // nothing after it, and dropping `tx` rolls back; after the COMMIT, the
+                // ROLLBACK sqlx queues on drop is a no-op sent ahead of the connection's next
+                // command.
+                let sql = format!("{}; COMMIT", queue.sql.mark_delivered(token, &ids));
+                sqlx::Executor::execute(&mut *tx, sql.as_str()).await?;
+                return Ok(claimed);
             }
             tx.commit().await?;
             Ok(claimed)
