@@ -119,7 +119,8 @@ async function main() {
   if (options.limits) {
     const nativeAt = (engine, depth) =>
       median((depth === RUNS.consume.n ? (results[engine]?.consume?.native ?? []) : deep[engine]).map((r) => r.rate));
-    const section = limitSection(options, measuredLimits, nativeAt);
+    const nativeWakeAt = (engine, key) => median((results[engine]?.[key]?.native ?? []).map((r) => r.p50));
+    const section = limitSection(options, measuredLimits, nativeAt, nativeWakeAt);
     if (section.lines.length > 0) extras.push(section.lines);
     limits = section.figures;
   }

@@ -1,9 +1,11 @@
 'use strict';
 
 // The benchmark's "Engine limits": each engine's own-statements limit measured in the run, at
-// B1's depth and at the deep run's, and native B1 as a share of it (issue 12: ≥ 60%).
+// B1's depth and at the deep run's, and native B1 as a share of it (issue 12: ≥ 60%); and the
+// wake-up floor native B4 is set against.
 
 const { OWN_STATEMENTS, ownStatementsLimit, redisXaddLimit } = require('./limits');
+const { WAKE_FLOORS, wakeFloor, FLOOR_SENDS } = require('./limit-wake');
 const { median } = require('./report');
 const { RUNS } = require('./targets');
 
@@ -24,7 +26,7 @@ function limitEngines(options) {
 
 /** How many limit measurements `measureLimits` makes (for the progress bar). */
 function limitRuns(options) {
-  return options.limits ? options.rounds * limitEngines(options).length * limitDepths(options).length * BATCHES.length : 0;
+  return options.limits ? options.rounds * limitEngines(options).length * (limitDepths(options).length * BATCHES.length + 1) : 0;
 }
 
 /**
@@ -50,6 +52,14 @@ async function measureLimits(options, ran) {
           ran(`round ${round} ${engine} limit@${depth} by ${batch}`, result);
         }
       }
+      let floor;
+      try {
+        floor = await wakeFloor(engine);
+        ((measured.wake ??= {})[engine] ??= []).push(floor);
+      } catch (error) {
+        process.stderr.write(`${engine} wake-up floor failed: ${error.message.split('\n')[0]}\n`);
+      }
+      ran(`round ${round} ${engine} wake-up floor`, floor);
     }
   }
   return measured;
@@ -61,7 +71,7 @@ async function measureLimits(options, ran) {
  * limit. `nativeAt(engine, depth)` is native B1's median rate (NaN where not run). No lines
  * when the run has no engine with a limit.
  */
-function limitSection(options, measured, nativeAt) {
+function limitSection(options, measured, nativeAt, nativeWakeAt) {
   const depths = limitDepths(options);
   const figures = { batches: BATCHES, targetPercent: TARGET_PERCENT, ownStatements: {} };
   if (limitEngines(options).length === 0) return { lines: [], figures };
@@ -86,11 +96,42 @@ function limitSection(options, measured, nativeAt) {
     }
     lines.push(`| ${engine} | ${OWN_STATEMENTS[engine].label} | ${cells.join(' | ')} |`);
   }
+  lines.push(...wakeFloorLines(options, measured.wake ?? {}, nativeWakeAt, figures));
   if (options.engines.includes('redis')) {
     figures.redisXaddPerSecond = redisXaddLimit();
     lines.push('', `Redis pipelined XADD (redis-benchmark -P 16): ${figures.redisXaddPerSecond.toFixed(0)} commands/s.`);
   }
   return { lines, figures };
+}
+
+/**
+ * The wake-up floor table: per engine, medians over the rounds of the floor's p50 and p99
+ * (ms), beside native B4's p50 in process and from another process
+ * (`nativeWakeAt(engine, 'wake' | 'wakeRemote')`); the figures go to `figures.wakeFloor`.
+ */
+function wakeFloorLines(options, floors, nativeWakeAt, figures) {
+  const engines = limitEngines(options).filter((engine) => engine in WAKE_FLOORS);
+  if (engines.length === 0) return [];
+  const ms = (value) => (Number.isFinite(value) ? value.toFixed(2) : '–');
+  const lines = [
+    '',
+    `Wake-up floor: the message B4 sends, stored by the engine's own Node client at B4's pace (one every 10 ms on an idle server), ${FLOOR_SENDS} times a round, and when a second connection learns of it; medians over the rounds. A same-process wake-up is that send and then a claim; one from another process, that notice and then a claim.`,
+    '',
+    '| engine | floor | send p50 / p99 ms | seen by another connection p50 / p99 ms | native B4 p50 ms: same process / other process |',
+    '|---|---|---|---|---|',
+  ];
+  figures.wakeFloor = {};
+  for (const engine of engines) {
+    const runs = floors[engine] ?? [];
+    const of = (part, p) => median(runs.map((r) => r[part]?.[p]).filter((v) => v !== undefined));
+    const floor = { send: { p50: of('send', 'p50'), p99: of('send', 'p99') }, seen: { p50: of('seen', 'p50'), p99: of('seen', 'p99') } };
+    const native = { wake: nativeWakeAt(engine, 'wake'), wakeRemote: nativeWakeAt(engine, 'wakeRemote') };
+    figures.wakeFloor[engine] = { ...floor, native, runs };
+    lines.push(
+      `| ${engine} | ${WAKE_FLOORS[engine].label} | ${ms(floor.send.p50)} / ${ms(floor.send.p99)} | ${ms(floor.seen.p50)} / ${ms(floor.seen.p99)} | ${ms(native.wake)} / ${ms(native.wakeRemote)} |`,
+    );
+  }
+  return lines;
 }
 
 module.exports = { limitRuns, measureLimits, limitSection };
