@@ -24,26 +24,41 @@ async function left(engine, queue) {
  * @returns {Promise<{ engine: string, depth: number, rows: number, seconds: number, rowsPerSecond: number }>}
  */
 async function drainPrefilled(engine, depth, drain) {
-  const redis = ENGINES[engine].kind === 'redis';
-  // Hash-tagged like run-one's streams, so the same name works on a cluster.
-  const queue = redis ? `bench:{${freshName('limit')}}` : freshName('limit');
-  const factory = transportFactory(engine, 'native', queue);
-  try {
-    if (!redis) {
-      // The table and its claim index as the transport makes them.
-      const transport = factory();
-      await transport.setup();
-      await transport.close();
-    }
+  return onFreshQueue(engine, 'limit', async (queue, factory) => {
     await prefill(engine, queue, depth, factory);
     const { seconds } = await drain(queue);
     const remaining = await left(engine, queue);
     if (remaining !== 0) throw new Error(`${engine} limit left ${remaining} of ${depth} messages on ${queue}`);
     return { engine, depth, rows: depth, seconds, rowsPerSecond: depth / seconds };
+  });
+}
+
+/**
+ * Runs `use(queue, factory)` on a fresh queue (SQL: in the table and claim index as the
+ * transport makes them; `factory` builds native transports on it) and removes what is left on
+ * it, whatever happened.
+ * @template T
+ * @param {'postgres' | 'mysql' | 'redis'} engine
+ * @param {string} prefix
+ * @param {(queue: string, factory: () => object) => Promise<T>} use
+ * @returns {Promise<T>}
+ */
+async function onFreshQueue(engine, prefix, use) {
+  const redis = ENGINES[engine].kind === 'redis';
+  // Hash-tagged like run-one's streams, so the same name works on a cluster.
+  const queue = redis ? `bench:{${freshName(prefix)}}` : freshName(prefix);
+  const factory = transportFactory(engine, 'native', queue);
+  try {
+    if (!redis) {
+      const transport = factory();
+      await transport.setup();
+      await transport.close();
+    }
+    return await use(queue, factory);
   } finally {
     if (redis) await ENGINES.redis.admin().del([queue, `${queue}:delayed`]);
     else await ENGINES[engine].admin().deleteQueues('messenger_messages', [queue]);
   }
 }
 
-module.exports = { drainPrefilled };
+module.exports = { drainPrefilled, onFreshQueue };

@@ -8,8 +8,9 @@
 
 const { setTimeout: sleep } = require('node:timers/promises');
 const { ENGINES } = require('./engines');
-const { freshName, transportFactory } = require('./transports');
+const { onFreshQueue } = require('./limit-queue');
 const { storedForm } = require('./message');
+const { percentiles } = require('./workloads/wake');
 
 const COUNT = 300;
 const GAP_MS = 10;
@@ -35,14 +36,6 @@ const WAKE_FLOORS = {
   redis: { label: 'ioredis: XADD; seen: a blocked XREADGROUP on another connection', measure: redisFloor },
 };
 
-/** p50 and p99 of `samples` in ms (undefined when there are none). */
-function percentiles(samples) {
-  if (samples.length === 0) return undefined;
-  const sorted = [...samples].sort((a, b) => a - b);
-  const at = (p) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
-  return { p50: at(50), p99: at(99) };
-}
-
 /**
  * Sends `COUNT` messages `GAP_MS` apart with `send()` and times each; `seen()` (optional) is
  * read after the gap and gives when another connection learned of the last one.
@@ -61,21 +54,8 @@ async function paced(send, seen) {
   return { send: percentiles(sends), seen: percentiles(seens) };
 }
 
-/** Makes the table as the transport does, runs `measure(queue)`, removes the queue's rows. */
-async function onFreshSqlQueue(engine, measure) {
-  const queue = freshName('floor');
-  const transport = transportFactory(engine, 'native', queue)();
-  await transport.setup();
-  await transport.close();
-  try {
-    return await measure(queue);
-  } finally {
-    await ENGINES[engine].admin().deleteQueues(TABLE, [queue]);
-  }
-}
-
 function postgresFloor() {
-  return onFreshSqlQueue('postgres', async (queue) => {
+  return onFreshQueue('postgres', 'floor', async (queue) => {
     const { Client } = require('pg');
     const sender = new Client({ connectionString: ENGINES.postgres.dsn });
     const listener = new Client({ connectionString: ENGINES.postgres.dsn });
@@ -98,7 +78,7 @@ function postgresFloor() {
 }
 
 function mysqlFloor() {
-  return onFreshSqlQueue('mysql', async (queue) => {
+  return onFreshQueue('mysql', 'floor', async (queue) => {
     const driver = require('mysql2/promise');
     const connection = await driver.createConnection({ uri: ENGINES.mysql.dsn.replace(/^mariadb:/, 'mysql:') });
     try {
@@ -110,35 +90,35 @@ function mysqlFloor() {
   });
 }
 
-async function redisFloor() {
-  const Redis = require('ioredis');
-  const key = `bench:{${freshName('floor')}}`;
-  const sender = new Redis(ENGINES.redis.dsn);
-  const reader = new Redis(ENGINES.redis.dsn);
-  try {
-    await sender.xgroup('CREATE', key, 'floor', '$', 'MKSTREAM');
-    const readAt = [];
-    let reading = true;
-    const reads = (async () => {
-      while (reading) {
-        const reply = await reader.xreadgroup('GROUP', 'floor', 'c', 'COUNT', 10, 'BLOCK', 200, 'STREAMS', key, '>');
-        const at = performance.now();
-        for (const [, entries] of reply ?? []) for (let i = 0; i < entries.length; i += 1) readAt.push(at);
-      }
-    })();
-    const { body, headers } = storedForm('floor');
-    const result = await paced(
-      () => sender.xadd(key, '*', 'body', body, 'headers', headers),
-      (i) => readAt[i],
-    );
-    reading = false;
-    await reads;
-    return result;
-  } finally {
-    await sender.del(key);
-    sender.disconnect();
-    reader.disconnect();
-  }
+function redisFloor() {
+  return onFreshQueue('redis', 'floor', async (key) => {
+    const Redis = require('ioredis');
+    const sender = new Redis(ENGINES.redis.dsn);
+    const reader = new Redis(ENGINES.redis.dsn);
+    try {
+      await sender.xgroup('CREATE', key, 'floor', '$', 'MKSTREAM');
+      const readAt = [];
+      let reading = true;
+      const reads = (async () => {
+        while (reading) {
+          const reply = await reader.xreadgroup('GROUP', 'floor', 'c', 'COUNT', 10, 'BLOCK', 200, 'STREAMS', key, '>');
+          const at = performance.now();
+          for (const [, entries] of reply ?? []) for (let i = 0; i < entries.length; i += 1) readAt.push(at);
+        }
+      })();
+      const { body, headers } = storedForm('floor');
+      const result = await paced(
+        () => sender.xadd(key, '*', 'body', body, 'headers', headers),
+        (i) => readAt[i],
+      );
+      reading = false;
+      await reads;
+      return result;
+    } finally {
+      sender.disconnect();
+      reader.disconnect();
+    }
+  });
 }
 
 /**

@@ -8,8 +8,12 @@ const { Envelope } = require('@schally/nestjs-messenger');
 const { BenchMessage } = require('../message');
 const { sqliteDsn, SQLITE_FILE_VAR } = require('../transports');
 
-function percentile(sorted, p) {
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+/** p50 and p99 of `samples` (ms), or undefined when there are none. */
+function percentiles(samples) {
+  if (samples.length === 0) return undefined;
+  const sorted = [...samples].sort((a, b) => a - b);
+  const at = (p) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+  return { p50: at(50), p99: at(99) };
 }
 
 /**
@@ -45,11 +49,10 @@ async function wake({ makeTransport, count = 300, gapMs = 10 }) {
   controller.abort();
   await Promise.all([consumer.close(), producer.close()]);
   if (latencies.length !== count) throw new Error(`woke for ${latencies.length} of ${count}`);
-  latencies.sort((a, b) => a - b);
-  sends.sort((a, b) => a - b);
   // The sends' own times tell whether a slow wake-up was a slow store (the server) or a slow
   // claim and hand-over (the consumer).
-  return { p50: percentile(latencies, 50), p99: percentile(latencies, 99), sendP50: percentile(sends, 50), sendP99: percentile(sends, 99) };
+  const send = percentiles(sends);
+  return { ...percentiles(latencies), sendP50: send.p50, sendP99: send.p99 };
 }
 
 /** Milliseconds on the machine's monotonic clock: the same in every process here. */
@@ -87,8 +90,7 @@ async function wakeFromAnotherProcess({ makeTransport, job, queue, count = 300, 
   controller.abort();
   await consumer.close();
   if (latencies.length !== count) throw new Error(`woke for ${latencies.length} of ${count}`);
-  latencies.sort((a, b) => a - b);
-  return { p50: percentile(latencies, 50), p99: percentile(latencies, 99) };
+  return percentiles(latencies);
 }
 
-module.exports = { wake, wakeFromAnotherProcess, machineMs };
+module.exports = { wake, wakeFromAnotherProcess, machineMs, percentiles };
