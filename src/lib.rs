@@ -17,6 +17,7 @@ pub mod engine;
 pub mod error;
 pub mod fence;
 pub mod ident;
+pub mod js_text;
 pub mod outage;
 pub mod prefetch;
 pub mod queue;
@@ -37,6 +38,7 @@ mod exports {
     use super::*;
     use engine::{NewMessage, StoredMessage};
     use error::Error;
+    use js_text::JsText;
     use napi::bindgen_prelude::within_runtime_if_available;
     use napi::Env;
     use queue::Queue;
@@ -418,15 +420,18 @@ mod exports {
         /// Stores one message as send `seq`; sends in flight together share one INSERT and
         /// keep the order of the calls. The id (or the failure) comes back through the
         /// `onSendsSettled` callback; a message the storage is known to refuse throws here.
-        #[napi(catch_unwind)]
+        #[napi(
+            catch_unwind,
+            ts_args_type = "seq: number, body: string, headers: string, delayMs: number"
+        )]
         pub fn send_queued(
             &self,
             seq: u32,
-            body: String,
-            headers: String,
+            body: JsText,
+            headers: JsText,
             delay_ms: f64,
         ) -> napi::Result<()> {
-            let mut message = NewMessage::new(body, headers, delay_ms);
+            let mut message = NewMessage::new(body.0, headers.0, delay_ms);
             let sends = self.sends.lock().unwrap_or_else(|p| p.into_inner());
             let Some(reporter) = sends.as_ref() else {
                 return Err(Error::transport("sendQueued() before onSendsSettled().").into());
