@@ -14,26 +14,19 @@ pub struct JsText(pub String);
 /// UTF-8 takes at most 3 bytes per UTF-16 unit (a surrogate pair: 4 bytes for 2 units).
 const MAX_UTF8_PER_UNIT: usize = 3;
 
-fn check(status: sys::napi_status, what: &str) -> napi::Result<()> {
-    if status == sys::Status::napi_ok {
-        Ok(())
-    } else {
-        Err(Error::new(
-            Status::from(status),
-            format!("Failed to read a JavaScript string ({what})."),
-        ))
-    }
-}
-
 impl FromNapiValue for JsText {
     unsafe fn from_napi_value(env: sys::napi_env, value: sys::napi_value) -> napi::Result<Self> {
         let mut units = 0usize;
         // SAFETY: with a null buffer Node-API only reports the length (V8's String::Length,
         // which reads a field); a non-string is refused with a status, never read.
-        check(
-            unsafe { sys::napi_get_value_string_utf16(env, value, ptr::null_mut(), 0, &mut units) },
-            "its length",
-        )?;
+        let status =
+            unsafe { sys::napi_get_value_string_utf16(env, value, ptr::null_mut(), 0, &mut units) };
+        if status != sys::Status::napi_ok {
+            // Not a string: napi-rs's own conversion refuses it, naming the value's type, as a
+            // `String` argument always did.
+            // SAFETY: the same env and value napi-rs passed here.
+            return unsafe { String::from_napi_value(env, value) }.map(JsText);
+        }
         // Room for the terminating NUL that Node-API always writes.
         let capacity = units
             .checked_mul(MAX_UTF8_PER_UNIT)
@@ -43,7 +36,7 @@ impl FromNapiValue for JsText {
         let mut written = 0usize;
         // SAFETY: the buffer holds `capacity` bytes; Node-API writes at most `capacity - 1`
         // bytes of UTF-8 and a NUL, and reports how many bytes of text it wrote.
-        check(
+        napi::check_status!(
             unsafe {
                 sys::napi_get_value_string_utf8(
                     env,
@@ -53,7 +46,7 @@ impl FromNapiValue for JsText {
                     &mut written,
                 )
             },
-            "its text",
+            "Failed to convert napi `string` into rust type `String`"
         )?;
         // SAFETY: `written <= capacity - 1` bytes were initialised just above.
         unsafe { bytes.set_len(written.min(capacity - 1)) };
