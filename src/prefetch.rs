@@ -1,6 +1,6 @@
 //! The prefetch buffer of one queue: claimed rows not yet handed to JavaScript, the rows
-//! handed out and not yet settled, and the rules by which their claims are renewed or handed
-//! back. Invariant: a row is renewed while its handler runs or while the consumer keeps
+//! handed out and not yet settled, the consumer's pace, and the rules by which their claims
+//! are renewed or handed back and the next batch is claimed ahead. Invariant: a row is renewed while its handler runs or while the consumer keeps
 //! taking rows; rows behind a consumer that stopped taking are handed back, not renewed.
 
 use crate::engine::StoredMessage;
@@ -10,6 +10,12 @@ use std::time::{Duration, Instant};
 /// Buffered rows behind a consumer that took none for this long (a slow or stuck handler)
 /// are handed back for other consumers instead of being renewed.
 pub const PREFETCH_HOLD: Duration = Duration::from_secs(5);
+/// The next claim starts once the buffered rows hold no more work than this many times the
+/// last claim's duration: the next claim may be up to 4x larger (and slower) while batches
+/// grow, and it should land before the buffer runs dry.
+const READ_AHEAD_LEAD: u32 = 4;
+/// Weight of the newest gap in the pace's moving average (1/16).
+const PACE_SMOOTHING: u32 = 16;
 
 #[derive(Default)]
 pub struct Prefetch {
@@ -28,6 +34,13 @@ pub struct Prefetch {
     pub full: bool,
     /// Average size of the last claimed messages, to keep a batch within `MAX_BATCH_BYTES`.
     pub average_bytes: usize,
+    /// How long the consumer takes per row (a moving average of the gaps between takes that
+    /// found rows waiting: time spent waiting for a claim is not handling time).
+    pub pace: Option<Duration>,
+    /// When the last take that left rows buffered happened.
+    previous_take: Option<Instant>,
+    /// How long the last claim statement ran.
+    pub claim_took: Option<Duration>,
 }
 
 impl Prefetch {
@@ -61,6 +74,40 @@ impl Prefetch {
 }
 
 impl Prefetch {
+    /// The next row for JavaScript, noting it in flight and the consumer's pace.
+    pub fn take(&mut self) -> Option<StoredMessage> {
+        let row = self.rows.pop_front()?;
+        self.in_flight.insert(row.id.clone());
+        let now = Instant::now();
+        if let Some(previous) = self.previous_take {
+            let gap = now.saturating_duration_since(previous);
+            self.pace = Some(match self.pace {
+                None => gap,
+                Some(pace) => pace - pace / PACE_SMOOTHING + gap / PACE_SMOOTHING,
+            });
+        }
+        self.previous_take = (!self.rows.is_empty()).then_some(now);
+        self.last_taken = Some(now);
+        Some(row)
+    }
+
+    /// Whether to claim the next batch now, while JavaScript handles the buffered rows (at
+    /// most one batch ahead: only after a claim that came back full). Once the consumer's pace
+    /// is known: when the buffered work is about as long as a claim takes, so a fast consumer
+    /// claims at once and a slow one holds no more rows than it needs; before: at half a batch.
+    pub fn read_ahead_due(&self) -> bool {
+        if !self.full {
+            return false;
+        }
+        match (self.pace, self.claim_took) {
+            (Some(pace), Some(took)) => {
+                let buffered = u32::try_from(self.rows.len()).unwrap_or(u32::MAX);
+                pace.saturating_mul(buffered) <= took.saturating_mul(READ_AHEAD_LEAD)
+            }
+            _ => self.rows.len() <= self.requested / 2,
+        }
+    }
+
     /// Forgets messages whose claim another consumer now holds.
     pub fn drop_lost(&mut self, lost: &[String]) {
         if lost.is_empty() {
@@ -107,6 +154,65 @@ mod tests {
             prefetch.keeper_round(Duration::from_secs(1)),
             (vec![], vec![])
         );
+    }
+
+    fn full_batch(size: usize) -> Prefetch {
+        Prefetch {
+            rows: (0..size).map(|i| row(&i.to_string())).collect(),
+            requested: size,
+            full: true,
+            ..Prefetch::default()
+        }
+    }
+
+    #[test]
+    fn reads_ahead_at_half_a_batch_before_the_pace_is_known() {
+        let mut prefetch = full_batch(8);
+        for _ in 0..3 {
+            prefetch.take();
+            prefetch.pace = None;
+            assert!(!prefetch.read_ahead_due());
+        }
+        prefetch.take();
+        prefetch.pace = None;
+        assert!(prefetch.read_ahead_due());
+    }
+
+    #[test]
+    fn a_fast_consumer_reads_ahead_at_once_a_slow_one_near_the_end() {
+        let mut fast = full_batch(1000);
+        fast.claim_took = Some(Duration::from_millis(5));
+        fast.pace = Some(Duration::from_micros(10));
+        assert!(
+            fast.read_ahead_due(),
+            "10 ms of work left, claims take 5 ms"
+        );
+
+        let mut slow = full_batch(10);
+        slow.claim_took = Some(Duration::from_millis(5));
+        slow.pace = Some(Duration::from_millis(10));
+        assert!(!slow.read_ahead_due(), "100 ms of work left");
+        slow.rows.truncate(2);
+        assert!(slow.read_ahead_due(), "20 ms of work left");
+
+        slow.full = false;
+        assert!(!slow.read_ahead_due(), "the last claim was not full");
+    }
+
+    #[test]
+    fn the_pace_leaves_out_waits_for_a_claim() {
+        let mut prefetch = full_batch(1);
+        prefetch.pace = Some(Duration::from_millis(1));
+        prefetch.take();
+        // The buffer ran dry: the consumer waits for the next claim.
+        std::thread::sleep(Duration::from_millis(20));
+        prefetch.rows.extend([row("a"), row("b")]);
+        prefetch.take();
+        assert_eq!(prefetch.pace, Some(Duration::from_millis(1)));
+        prefetch.take();
+        let pace = prefetch.pace.expect("a pace");
+        assert!(pace < Duration::from_millis(1), "{pace:?}");
+        assert_eq!(prefetch.in_flight.len(), 3);
     }
 
     #[test]

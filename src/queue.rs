@@ -247,14 +247,9 @@ impl Queue {
     /// The next prefetched message, without waiting (the sync fast path).
     pub fn take(self: &Arc<Self>) -> Option<StoredMessage> {
         let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
-        let next = buffer.rows.pop_front();
-        if let Some(row) = &next {
-            buffer.in_flight.insert(row.id.clone());
-            buffer.last_taken = Some(Instant::now());
-        }
-        // Half of a full batch handed out: claim the next one now, so the database works
-        // while JavaScript handles the rest (read-ahead; at most one batch ahead).
-        if next.is_some() && buffer.full && buffer.rows.len() == buffer.requested / 2 {
+        let next = buffer.take();
+        // Claim the next batch while JavaScript handles this one (read-ahead).
+        if next.is_some() && buffer.read_ahead_due() {
             buffer.full = false;
             if let Some(runtime) = self.runtime.get() {
                 runtime.spawn(self.clone().read_ahead());
@@ -286,6 +281,9 @@ impl Queue {
         }
         self.fence.record(&rows);
         let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
+        if took.is_some() {
+            buffer.claim_took = took;
+        }
         buffer.handed_at = Some((Instant::now(), buffer.rows.len() + rows.len()));
         // The renewal clock is the oldest claim held: rows still buffered or in a handler
         // keep theirs, or a consumer that claims more often than the renewal period would
@@ -479,15 +477,21 @@ impl Queue {
     /// consumer gets big batches (fewer round trips), a slow one small batches (rows are not
     /// held away from other consumers while a slow handler runs).
     fn next_batch_size(&self) -> u32 {
-        let (handed, average_bytes) = {
+        let (handed, pace, average_bytes) = {
             let buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
-            (buffer.handed_at, buffer.average_bytes)
+            (buffer.handed_at, buffer.pace, buffer.average_bytes)
         };
         let previous = self.batch_size.load(Ordering::Relaxed);
-        let next = match handed {
+        // The consumer's pace once known; before it, the time since the last batch arrived
+        // spread over that batch.
+        let per_message = match (pace, handed) {
+            (Some(pace), _) => Some(pace.as_secs_f64()),
+            (None, Some((at, count))) => Some(at.elapsed().as_secs_f64() / count.max(1) as f64),
+            (None, None) => None,
+        };
+        let next = match per_message {
             None => previous,
-            Some((at, count)) => {
-                let per_message = at.elapsed().as_secs_f64() / count.max(1) as f64;
+            Some(per_message) => {
                 let fit = if per_message <= 0.0 {
                     MAX_CLAIM_BATCH as f64
                 } else {
