@@ -1,7 +1,8 @@
 //! The prefetch buffer of one queue: claimed rows not yet handed to JavaScript, the rows
 //! handed out and not yet settled, the consumer's pace, and the rules by which their claims
-//! are renewed or handed back and the next batch is claimed ahead. Invariant: a row is renewed while its handler runs or while the consumer keeps
-//! taking rows; rows behind a consumer that stopped taking are handed back, not renewed.
+//! are renewed or handed back and the next batch is claimed ahead. Invariant: a row is renewed
+//! while its handler runs or while the consumer keeps taking rows; rows behind a consumer that
+//! stopped taking are handed back, not renewed.
 
 use crate::engine::StoredMessage;
 use std::collections::{HashSet, VecDeque};
