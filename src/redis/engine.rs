@@ -83,8 +83,10 @@ pub struct RedisQueue {
     pub(super) blocking: tokio::sync::Mutex<Option<(Conn, Option<i64>)>>,
     /// Ids handed to JavaScript and not settled yet (excluded when re-reading our own PEL).
     pub(super) delivered: Mutex<HashSet<String>>,
-    /// Set when a blocking read was abandoned: entries it may have claimed sit in our PEL.
-    pub(super) recover_own: AtomicBool,
+    /// Where the next claim re-reads our own pending entries from: `0` after a read whose
+    /// reply may have been lost (entries it took sit in our PEL), the last id re-read while a
+    /// re-read still finds full pages; `None` when there is nothing to re-read.
+    pub(super) recover_from: Mutex<Option<String>>,
     pub(super) reclaim: Mutex<Reclaim>,
     /// Milliseconds until the next delayed member is due, as the last promotion saw it.
     pub(super) next_due: Mutex<Option<Duration>>,
@@ -143,7 +145,7 @@ impl RedisQueue {
             wake,
             blocking: tokio::sync::Mutex::new(None),
             delivered: Mutex::default(),
-            recover_own: AtomicBool::new(false),
+            recover_from: Mutex::new(None),
             reclaim: Mutex::new(Reclaim {
                 cursor: "0-0".to_owned(),
                 next_at: Instant::now(),

@@ -9,13 +9,14 @@
 
 use super::connection::Conn;
 use super::engine::RedisQueue;
-use super::replies::{as_i64, as_string, parse_autoclaim_reply, parse_read_reply, Entry};
+use super::replies::{
+    as_i64, as_string, parse_autoclaim_reply, parse_read_reply, read_reply_page, Entry,
+};
 use crate::engine::StoredMessage;
 use crate::error::Result;
 use crate::wake::WaitOutcome;
 use redis::{Script, Value};
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -25,6 +26,11 @@ const PROMOTE_LIMIT: u32 = 100;
 static PROMOTE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/promote.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
+
+/// Most of our own pending entries one re-read returns (at least: a claim's own size when
+/// larger). A re-read goes on from where the last one stopped while its pages come back full,
+/// so entries past the first page are not hidden until the claim idle time.
+const RECOVER_PAGE: u32 = 128;
 
 /// How long a blocked read may run past its BLOCK time, or past being ended, before its
 /// connection is taken for dead and dropped (a silent peer must not hold `get()` or `close()`).
@@ -80,9 +86,24 @@ impl RedisQueue {
     pub(super) async fn claim_once(&self, limit: u32) -> Result<Vec<StoredMessage>> {
         let claimed = self.claim_from_server(limit).await;
         if claimed.is_err() {
-            self.recover_own.store(true, Ordering::Release);
+            self.lost_a_read();
         }
         claimed
+    }
+
+    /// A read's reply may have been lost after the server ran it: the next claim re-reads our
+    /// pending list from its start (also when a re-read was under way: it may have missed them).
+    fn lost_a_read(&self) {
+        *self.recover_from.lock().unwrap_or_else(|p| p.into_inner()) = Some("0".to_owned());
+    }
+
+    /// A re-read found a full page: the next claim goes on after `last`, unless a read was
+    /// lost meanwhile (which starts it over from the beginning).
+    fn recover_after(&self, last: String) {
+        self.recover_from
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(last);
     }
 
     async fn claim_from_server(&self, limit: u32) -> Result<Vec<StoredMessage>> {
@@ -90,9 +111,13 @@ impl RedisQueue {
         let mut entries = Vec::new();
         // What we hold, as of before the reads: an entry acked (and forgotten) while a read
         // was under way may be in its reply, and must still be skipped.
-        let recovering = self.recover_own.swap(false, Ordering::AcqRel);
+        let recovering = self
+            .recover_from
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         let reclaiming = self.reclaim_due();
-        let delivered = if recovering || reclaiming {
+        let delivered = if recovering.is_some() || reclaiming {
             self.delivered
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -100,12 +125,18 @@ impl RedisQueue {
         } else {
             HashSet::new()
         };
-        if recovering {
+        if let Some(from) = recovering {
+            let page = limit.max(RECOVER_PAGE);
             let reply: Value = self
-                .read_group(limit, None, "0")
+                .read_group(page, None, &from)
                 .query_async(&mut conn)
                 .await
                 .map_err(|e| self.err("read", &e))?;
+            if let (read, Some(last)) = read_reply_page(&reply) {
+                if read >= page as usize {
+                    self.recover_after(last);
+                }
+            }
             entries.extend(
                 parse_read_reply(reply)
                     .into_iter()
@@ -283,7 +314,7 @@ impl RedisQueue {
             None => {
                 // Entries the abandoned block may have claimed are re-read from our own
                 // pending list by the next claim.
-                self.recover_own.store(true, Ordering::Release);
+                self.lost_a_read();
                 return Ok(if cancelled {
                     WaitOutcome::Cancelled
                 } else {
@@ -313,7 +344,7 @@ impl RedisQueue {
                 Ok(WaitOutcome::TimedOut)
             }
             Some(Err(e)) => {
-                self.recover_own.store(true, Ordering::Release);
+                self.lost_a_read();
                 Err(self.err("read", &e))
             }
         };

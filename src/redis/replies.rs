@@ -109,6 +109,35 @@ pub fn parse_read_reply(value: Value) -> Vec<Entry> {
     }
 }
 
+/// How many entries a read reply holds, those deleted from the stream (`[id, nil]`, still
+/// pending) included, and the last one's id: where a re-read of a pending list goes on.
+pub fn read_reply_page(value: &Value) -> (usize, Option<String>) {
+    let lists: Vec<&Value> = match value {
+        Value::Array(streams) => streams
+            .iter()
+            .filter_map(|s| match s {
+                Value::Array(pair) => pair.get(1),
+                _ => None,
+            })
+            .collect(),
+        Value::Map(streams) => streams.iter().map(|(_, entries)| entries).collect(),
+        _ => Vec::new(),
+    };
+    let ids: Vec<&Value> = lists
+        .into_iter()
+        .filter_map(|list| match list {
+            Value::Array(items) => Some(items),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|item| match item {
+            Value::Array(pair) => pair.first(),
+            _ => None,
+        })
+        .collect();
+    (ids.len(), ids.last().and_then(|id| as_string(id)))
+}
+
 /// XAUTOCLAIM: `[next cursor, entries, deleted ids]`.
 pub fn parse_autoclaim_reply(value: Value) -> (String, Vec<Entry>) {
     let Value::Array(parts) = value else {
@@ -180,6 +209,20 @@ mod tests {
             }
         );
         assert!(parse_read_reply(Value::Nil).is_empty());
+    }
+
+    #[test]
+    fn counts_a_read_page_with_its_deleted_entries() {
+        let entry = |id: &str, fields: Value| Value::Array(vec![bulk(id), fields]);
+        let reply = Value::Array(vec![Value::Array(vec![
+            bulk("s"),
+            Value::Array(vec![
+                entry("1-0", Value::Array(vec![bulk("body"), bulk("b")])),
+                entry("2-0", Value::Nil),
+            ]),
+        ])]);
+        assert_eq!(read_reply_page(&reply), (2, Some("2-0".to_owned())));
+        assert_eq!(read_reply_page(&Value::Nil), (0, None));
     }
 
     #[test]
