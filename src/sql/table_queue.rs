@@ -197,7 +197,7 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
         Box::pin(self.bounded("setup", None, async move {
             self.ready("setup").await?;
             with_transient_retry(D::classify, || {
-                D::Db::execute_text(&self.target.pool, self.shared_sql.setup.clone())
+                D::Db::execute_text_then_release(&self.target.pool, self.shared_sql.setup.clone())
             })
             .await
             .map_err(|e| self.err("setup", e))

@@ -103,7 +103,13 @@ impl<D: SqlDialect> SqlTarget<D> {
                 tokio::select! {
                     joined = &mut pooled => {
                         if let Ok(Ok(mut conn)) = joined {
-                            return D::first_contact(&mut conn, self, op).await;
+                            let checked = D::first_contact(&mut conn, self, op).await;
+                            // The operation that asked for first contact is next: it takes
+                            // this connection instead of opening a second one.
+                            if checked.is_ok() {
+                                crate::sql::driver::release_now(conn).await;
+                            }
+                            return checked;
                         }
                         // Refused (credentials, a database gone): the probe says why.
                     }
