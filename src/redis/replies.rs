@@ -62,80 +62,71 @@ pub fn parse_entries(value: &Value) -> Vec<Entry> {
     let Value::Array(items) = value else {
         return Vec::new();
     };
-    items
-        .iter()
-        .filter_map(|item| {
-            let Value::Array(pair) = item else {
-                return None;
-            };
-            let id = as_string(pair.first()?)?;
-            let Value::Array(fields) = pair.get(1)? else {
-                return None;
-            };
-            let mut entry = Entry {
-                id,
-                body: None,
-                headers: None,
-            };
-            for kv in fields.chunks(2) {
-                if let [k, v] = kv {
-                    match as_string(k).as_deref() {
-                        Some("body") => entry.body = as_string(v),
-                        Some("headers") => entry.headers = as_string(v),
-                        _ => {}
-                    }
-                }
-            }
-            Some(entry)
-        })
-        .collect()
+    items.iter().filter_map(parse_entry).collect()
 }
 
-/// XREADGROUP: nil, or `[[stream, entries], …]` (RESP2) / a map (RESP3).
-pub fn parse_read_reply(value: Value) -> Vec<Entry> {
-    match value {
-        Value::Array(streams) => streams
-            .iter()
-            .flat_map(|s| match s {
-                Value::Array(pair) => pair.get(1).map(parse_entries).unwrap_or_default(),
-                _ => Vec::new(),
-            })
-            .collect(),
-        Value::Map(streams) => streams
-            .iter()
-            .flat_map(|(_, entries)| parse_entries(entries))
-            .collect(),
-        _ => Vec::new(),
+/// `[id, [field, value, …]]`, or None for a deleted (`[id, nil]`) or malformed entry.
+fn parse_entry(item: &Value) -> Option<Entry> {
+    let Value::Array(pair) = item else {
+        return None;
+    };
+    let id = as_string(pair.first()?)?;
+    let Value::Array(fields) = pair.get(1)? else {
+        return None;
+    };
+    let mut entry = Entry {
+        id,
+        body: None,
+        headers: None,
+    };
+    for kv in fields.chunks(2) {
+        if let [k, v] = kv {
+            match as_string(k).as_deref() {
+                Some("body") => entry.body = as_string(v),
+                Some("headers") => entry.headers = as_string(v),
+                _ => {}
+            }
+        }
     }
+    Some(entry)
+}
+
+/// The items of every stream's entry list in an XREADGROUP reply: nil, or
+/// `[[stream, entries], …]` (RESP2) / a map (RESP3).
+fn read_reply_items(value: &Value) -> impl Iterator<Item = &Value> {
+    let (resp2, resp3) = match value {
+        Value::Array(streams) => (Some(streams), None),
+        Value::Map(streams) => (None, Some(streams)),
+        _ => (None, None),
+    };
+    let resp2_lists = resp2.into_iter().flatten().filter_map(|s| match s {
+        Value::Array(pair) => pair.get(1),
+        _ => None,
+    });
+    let resp3_lists = resp3.into_iter().flatten().map(|(_, entries)| entries);
+    resp2_lists.chain(resp3_lists).flat_map(|list| match list {
+        Value::Array(items) => items.as_slice(),
+        _ => &[],
+    })
+}
+
+/// XREADGROUP's entries; deleted and malformed ones are skipped.
+pub fn parse_read_reply(value: Value) -> Vec<Entry> {
+    read_reply_items(&value).filter_map(parse_entry).collect()
 }
 
 /// How many entries a read reply holds, those deleted from the stream (`[id, nil]`, still
 /// pending) included, and the last one's id: where a re-read of a pending list goes on.
 pub fn read_reply_page(value: &Value) -> (usize, Option<String>) {
-    let lists: Vec<&Value> = match value {
-        Value::Array(streams) => streams
-            .iter()
-            .filter_map(|s| match s {
-                Value::Array(pair) => pair.get(1),
-                _ => None,
-            })
-            .collect(),
-        Value::Map(streams) => streams.iter().map(|(_, entries)| entries).collect(),
-        _ => Vec::new(),
-    };
-    let ids: Vec<&Value> = lists
-        .into_iter()
-        .filter_map(|list| match list {
-            Value::Array(items) => Some(items),
-            _ => None,
-        })
-        .flatten()
-        .filter_map(|item| match item {
-            Value::Array(pair) => pair.first(),
-            _ => None,
-        })
-        .collect();
-    (ids.len(), ids.last().and_then(|id| as_string(id)))
+    let mut count = 0;
+    let mut last = None;
+    for item in read_reply_items(value) {
+        if let Value::Array(pair) = item {
+            count += 1;
+            last = pair.first();
+        }
+    }
+    (count, last.and_then(as_string))
 }
 
 /// XAUTOCLAIM: `[next cursor, entries, deleted ids]`.
@@ -223,6 +214,34 @@ mod tests {
         ])]);
         assert_eq!(read_reply_page(&reply), (2, Some("2-0".to_owned())));
         assert_eq!(read_reply_page(&Value::Nil), (0, None));
+    }
+
+    #[test]
+    fn reads_resp3_map_replies_like_resp2_ones() {
+        let entry = |id: &str, fields: Value| Value::Array(vec![bulk(id), fields]);
+        let list = |ids: &[&str]| {
+            Value::Array(
+                ids.iter()
+                    .map(|id| {
+                        entry(
+                            id,
+                            Value::Array(vec![bulk("body"), bulk("b"), bulk("headers"), bulk("h")]),
+                        )
+                    })
+                    .chain([entry("9-0", Value::Nil)])
+                    .collect(),
+            )
+        };
+        let reply = Value::Map(vec![
+            (bulk("a"), list(&["1-0"])),
+            (bulk("b"), list(&["2-0", "3-0"])),
+        ]);
+        let ids: Vec<String> = parse_read_reply(reply.clone())
+            .into_iter()
+            .map(|e| e.id)
+            .collect();
+        assert_eq!(ids, ["1-0", "2-0", "3-0"]);
+        assert_eq!(read_reply_page(&reply), (5, Some("9-0".to_owned())));
     }
 
     #[test]
