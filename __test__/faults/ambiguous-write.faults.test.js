@@ -86,6 +86,18 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
     await server?.stop();
   }, 60_000);
 
+  /**
+   * A fresh queue with its storage set up, a producer on the server, and a consumer through the
+   * proxy whose lease is far longer than CLAIM_BACK_MS (rows back "at the lease" fail the test).
+   */
+  async function openClaimTest() {
+    const queue = uniqueQueue(engine, 'ambiguous');
+    const producer = open({ dsn: server.dsn, queue });
+    const consumer = open({ dsn: viaProxy(server.dsn, proxy), queue, leaseMs: CLAIM_LEASE_MS });
+    await producer.setup();
+    return { queue, producer, consumer };
+  }
+
   it('send(): one stored row and a resolved send, or a rejection that says it may have been stored; never two rows', async () => {
     const queue = uniqueQueue(engine, 'ambiguous');
     const t = open({ dsn: viaProxy(server.dsn, proxy), queue });
@@ -122,10 +134,7 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
   }, 60_000);
 
   it(`a claim whose reply is lost: its messages are delivered again within ${CLAIM_BACK_MS[engine]} ms, none lost`, async () => {
-    const queue = uniqueQueue(engine, 'ambiguous');
-    const producer = open({ dsn: server.dsn, queue });
-    const consumer = open({ dsn: viaProxy(server.dsn, proxy), queue, leaseMs: CLAIM_LEASE_MS });
-    await producer.setup();
+    const { queue, producer, consumer } = await openClaimTest();
     const delivered = [];
     const errors = [];
     const controller = new AbortController();
@@ -164,10 +173,7 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
   // the first of the lost entries and left the others pending until claimIdleMs.
   if (engine === 'redis') {
     it(`a claim of several messages whose reply is lost, after an idle spell: every one delivered again within ${CLAIM_BACK_MS[engine]} ms`, async () => {
-      const queue = uniqueQueue(engine, 'ambiguous');
-      const producer = open({ dsn: server.dsn, queue });
-      const consumer = open({ dsn: viaProxy(server.dsn, proxy), queue, leaseMs: CLAIM_LEASE_MS });
-      await producer.setup();
+      const { queue, producer, consumer } = await openClaimTest();
       const keys = ['c:1', 'c:2', 'c:3', 'c:4'];
       const delivered = [];
       const errors = [];
@@ -209,10 +215,7 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
     // and the lost ones come after them. A re-read of the first page alone left them pending
     // until claimIdleMs (Infinity here).
     it(`a claim whose reply is lost behind ${HELD} messages still held: delivered again within ${CLAIM_BACK_MS[engine]} ms`, async () => {
-      const queue = uniqueQueue(engine, 'ambiguous');
-      const producer = open({ dsn: server.dsn, queue });
-      const consumer = open({ dsn: viaProxy(server.dsn, proxy), queue, leaseMs: CLAIM_LEASE_MS });
-      await producer.setup();
+      const { queue, producer, consumer } = await openClaimTest();
       const keys = ['c:1', 'c:2', 'c:3', 'c:4'];
       const held = [];
       const delivered = [];
