@@ -7,7 +7,7 @@
 const { Envelope, InvalidArgumentError, JsonSerializer, TransportConnectionError } = require('@schally/nestjs-messenger');
 const { SqlTransport } = require('../..');
 const { postgres, mysql, uniqueName } = require('../support/engines');
-const { throwsSync } = require('../support/transport-helpers');
+const { envelopeOf, idOf, receiveOne, serializer, settleWithin, throwsSync } = require('../support/transport-helpers');
 const { sqlTransportSuite } = require('../shared/sql-transport.suite');
 
 sqlTransportSuite(postgres);
@@ -29,6 +29,44 @@ describe('construction and options', () => {
     expect(error).toBeInstanceOf(TransportConnectionError);
     for (const scheme of ['postgres://', 'postgresql://', 'mysql://', 'mariadb://']) {
       expect(error.message).toContain(scheme);
+    }
+  });
+});
+
+describe('auto-setup on a table in use', () => {
+  const admin = postgres.testAdmin();
+
+  // CREATE INDEX IF NOT EXISTS locks the table before it finds the index there: a transport
+  // starting next to an open transaction that wrote to the table (an outbox send inside a
+  // long business transaction) would wait for it to end, and hold every write behind it.
+  it('sends and receives at once while another transaction that wrote to the table is still open', async () => {
+    const { Client } = require('pg');
+    const tableName = uniqueName('busy');
+    const queueName = uniqueName('q');
+    const holder = new Client({ connectionString: postgres.dsn });
+    const starter = new SqlTransport({ dsn: postgres.dsn, tableName, queueName: uniqueName('other') });
+    let t;
+    try {
+      await starter.setup();
+      await holder.connect();
+      await holder.query('BEGIN');
+      await holder.query(
+        `INSERT INTO ${tableName} (body, headers, queue_name, available_at) VALUES ('{}', '{}', 'elsewhere', now())`,
+      );
+
+      t = new SqlTransport({ dsn: postgres.dsn, tableName, queueName, serializer: serializer() });
+      const sent = await settleWithin(t.send(envelopeOf('beside-open-transaction')), 3000);
+      expect(sent).not.toBe('timeout');
+      expect(sent.error).toBeUndefined();
+      const received = await receiveOne(t, 2000);
+      expect(idOf(received)).toBe(idOf(sent.value));
+      expect(await settleWithin(t.ack(received), 2000)).toEqual({ value: undefined });
+    } finally {
+      await holder.query('ROLLBACK').catch(() => {});
+      await holder.end();
+      await t?.close();
+      await starter.close();
+      await admin.query(`DROP TABLE IF EXISTS ${tableName}`);
     }
   });
 });

@@ -49,9 +49,12 @@ pub struct DialectFacts {
 /// - `list` (queue, limit) and `find` (id) → `(id, body, headers)` rows;
 /// - `count` (queue, lease seconds) → `count`: claimable rows;
 /// - `delete_head`: `DELETE … WHERE `, a held-row condition appended;
-/// - `setup`: the script that creates the table and its index if missing (idempotent).
+/// - `setup`: the script that creates the table and its index if missing (idempotent);
+/// - `setup_done` → `count`: non-zero when the table and its index exist, so `setup` is not
+///   run (where running it would take a lock that waits for the table's writers).
 pub struct TableStatements {
     pub setup: String,
+    pub setup_done: Option<String>,
     pub next_due: String,
     pub list: String,
     pub find: String,

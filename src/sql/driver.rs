@@ -80,10 +80,16 @@ pub trait Driver: Database {
     /// several statements).
     fn execute_text(pool: &Pool<Self>, sql: String) -> BoxFuture<'_, SqlResult<()>>;
 
-    /// `execute_text` for a statement that another follows at once (the auto-setup before a
-    /// first claim or send): its connection is back in the pool when this returns (see
-    /// [`release_now`]), so the next statement finds it idle.
-    fn execute_text_then_release(pool: &Pool<Self>, sql: String) -> BoxFuture<'_, SqlResult<()>>;
+    /// Runs a setup script, unless `done` (a query whose `count` column is non-zero when
+    /// everything the script creates exists) says there is nothing to do. Another statement
+    /// follows at once (the auto-setup runs before a first claim or send): the connection is
+    /// back in the pool when this returns (see [`release_now`]), so that statement finds it
+    /// idle.
+    fn set_up<'a>(
+        pool: &'a Pool<Self>,
+        done: Option<&'a str>,
+        script: &'a str,
+    ) -> BoxFuture<'a, SqlResult<()>>;
 
     /// `execute_text`, returning how many rows it changed.
     fn execute_counted(pool: &Pool<Self>, sql: String) -> BoxFuture<'_, SqlResult<u64>>;
@@ -181,10 +187,20 @@ where
         })
     }
 
-    fn execute_text_then_release(pool: &Pool<Self>, sql: String) -> BoxFuture<'_, SqlResult<()>> {
+    fn set_up<'a>(
+        pool: &'a Pool<Self>,
+        done: Option<&'a str>,
+        script: &'a str,
+    ) -> BoxFuture<'a, SqlResult<()>> {
         Box::pin(async move {
             let mut conn = pool.acquire().await?;
-            execute_on::<DB>(&mut conn, &sql).await?;
+            let needed = match done {
+                Some(check) => count_on::<DB>(&mut conn, check).await? == 0,
+                None => true,
+            };
+            if needed {
+                execute_on::<DB>(&mut conn, script).await?;
+            }
             release_now(conn).await;
             Ok(())
         })
@@ -253,6 +269,21 @@ where
     Box::pin(async move {
         conn.execute(sqlx::raw_sql(sql)).await?;
         Ok(())
+    })
+}
+
+/// The `count` column of a one-row statement run on one connection (boxed for the reason
+/// `execute_on` is).
+fn count_on<'c, DB>(conn: &'c mut DB::Connection, sql: &'c str) -> BoxFuture<'c, SqlResult<i64>>
+where
+    DB: Database,
+    &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    &'static str: ColumnIndex<DB::Row>,
+{
+    Box::pin(async move {
+        let row = conn.fetch_one(sqlx::raw_sql(sql)).await?;
+        row.try_get::<i64, _>("count")
     })
 }
 

@@ -197,7 +197,11 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
         Box::pin(self.bounded("setup", None, async move {
             self.ready("setup").await?;
             with_transient_retry(D::classify, || {
-                D::Db::execute_text_then_release(&self.target.pool, self.shared_sql.setup.clone())
+                D::Db::set_up(
+                    &self.target.pool,
+                    self.shared_sql.setup_done.as_deref(),
+                    &self.shared_sql.setup,
+                )
             })
             .await
             .map_err(|e| self.err("setup", e))

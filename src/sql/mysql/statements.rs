@@ -82,6 +82,7 @@ pub fn statements(t: &str) -> (TableStatements, MySqlStatements) {
     );
     let shared = TableStatements {
         setup: create_table.clone(),
+        setup_done: None,
         delete_head: format!("DELETE FROM {t} WHERE "),
         // A row becomes claimable at its available_at, or, while claimed, when its claim's
         // lease runs out. The lease is bound once, after the queue name, as every dialect's

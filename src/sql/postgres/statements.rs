@@ -100,6 +100,15 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
         setup: format!(
             "SELECT pg_advisory_xact_lock(hashtext('nestjs-messenger:{t}')); {create_table}; {create_index}"
         ),
+        // CREATE INDEX IF NOT EXISTS takes its table lock before it looks for the index: on a
+        // table that has it, it still waits for every open transaction that wrote to the table
+        // (an outbox send inside a long business transaction) and holds up every send, claim
+        // and ack queued behind it. So the catalog is asked first, which locks nothing: the
+        // table this name resolves to, with the index beside it in its schema.
+        setup_done: Some(format!(
+            "SELECT count(*) AS count FROM pg_class t JOIN pg_class i ON i.relnamespace = t.relnamespace \
+             WHERE t.oid = to_regclass('{t}') AND i.relname = '{t}_claim_idx'"
+        )),
         delete_head: format!("DELETE FROM {t} WHERE "),
         // A row becomes claimable at its available_at, or, while claimed, when its claim's
         // lease runs out (so an idle consumer takes over a crashed one's rows at the lease).

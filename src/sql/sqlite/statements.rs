@@ -38,6 +38,7 @@ pub fn statements(t: &str) -> (TableStatements, SqliteStatements) {
     );
     let shared = TableStatements {
         setup: format!("{create_table}; {create_index}"),
+        setup_done: None,
         delete_head: format!("DELETE FROM {t} WHERE "),
         // A row becomes claimable at its available_at, or, while claimed, when its claim's
         // lease runs out (so an idle consumer takes over a crashed one's rows at the lease).
