@@ -270,10 +270,14 @@ describe.each(KINDS.map((from) => [from, other(from)]))('%s → %s', (from, to) 
     await consumer.stop();
     expect(got).toHaveLength(count);
 
-    const lateness = got.map(({ n, at }) => at - dueOf.get(n));
-    expect(Math.min(...lateness)).toBeGreaterThanOrEqual(0);
-    // 30 ms of slack for the round trips and the ack of the previous message.
-    expect(Math.max(...lateness)).toBeLessThanOrEqual(pollIntervalMs + 30);
+    const lateness = got.map(({ n, at }) => at - dueOf.get(n)).sort((a, b) => a - b);
+    expect(lateness[0]).toBeGreaterThanOrEqual(0);
+    // 30 ms of slack for the round trips and the ack of the previous message. A loaded
+    // machine (a GC pause, the other core busy) can push one or two of the 50 past it: those
+    // may be up to 200 ms late, the rest not. A receiver that checked less often than
+    // pollIntervalMs would put far more than two past the slack.
+    expect(lateness[count - 3]).toBeLessThanOrEqual(pollIntervalMs + 30);
+    expect(lateness[count - 1]).toBeLessThanOrEqual(pollIntervalMs + 200);
     await expectStreamSettled(stream);
   }, 20000);
 
@@ -360,12 +364,16 @@ describe.each(KINDS.map((from) => [from, other(from)]))('%s → %s', (from, to) 
 // ---------------------------------------------------------------------------
 
 describe('one consumer group shared by an upstream and a native get() loop', () => {
-  /** Consumes until `total` deliveries were seen (or the deadline), then stops both loops. */
+  /**
+   * Consumes until `total` deliveries were seen (or the deadline), then stops both loops.
+   * Upstream's loop starts first and ours once upstream has had a delivery: ours claims in
+   * batches and, started together, could take the whole backlog before upstream's first
+   * read, which would leave "both took part" to chance.
+   */
   async function consumeAll(up, ours, total, got, deadlineMs = 20000) {
-    const loops = [
-      startConsumer(up, 'upstream', got, { autoAck: true }),
-      startConsumer(ours, 'native', got, { autoAck: true }),
-    ];
+    const loops = [startConsumer(up, 'upstream', got, { autoAck: true })];
+    await pollUntil(() => got.some((g) => g.by === 'upstream'), { timeoutMs: 5000, intervalMs: 5 });
+    loops.push(startConsumer(ours, 'native', got, { autoAck: true }));
     await pollUntil(() => got.length >= total, { timeoutMs: deadlineMs, intervalMs: 10 });
     // A little longer: a duplicate delivery would show up now.
     await sleep(300);
