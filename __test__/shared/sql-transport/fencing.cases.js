@@ -28,13 +28,24 @@ function fencingCases(ctx) {
     return { stale, current, first, second, queueName };
   }
 
+  /**
+   * Waits (2 s) for `t`'s write-behind ack to be counted as stale; if it is not, the failure
+   * says what the transport and the server were doing (a stall, not a miscount, is what a
+   * rare failure of this wait has looked like).
+   */
+  async function expectStaleSettle(t) {
+    if (await pollUntil(() => t.stats().staleSettles === 1, { timeoutMs: 2000 })) return;
+    const activity = await db.activity?.();
+    throw new Error(`the stale ack was not counted within 2 s: ${JSON.stringify({ stats: t.stats(), activity })}`);
+  }
+
   describe('fenced settles', () => {
     it('ignores the ack of a delivery whose claim lapsed and was taken over, and counts it', async () => {
       const { stale, current, first, second, queueName } = await takenOver();
       expect(stale.stats().staleSettles).toBe(0);
 
       await stale.ack(first);
-      expect(await pollUntil(() => stale.stats().staleSettles === 1, { timeoutMs: 2000 })).toBe(true);
+      await expectStaleSettle(stale);
       const [row] = await db.rows(TABLE, queueName);
       expect(row?.id).toBe(idOf(first));
       expect(row.delivered_at).not.toBeNull();
@@ -67,8 +78,8 @@ function fencingCases(ctx) {
       expect(operator.stats().staleSettles).toBe(0);
       await current.ack(second);
       await stale.ack(first);
-      expect(await pollUntil(() => current.stats().staleSettles === 1, { timeoutMs: 2000 })).toBe(true);
-      expect(await pollUntil(() => stale.stats().staleSettles === 1, { timeoutMs: 2000 })).toBe(true);
+      await expectStaleSettle(current);
+      await expectStaleSettle(stale);
     });
   });
 }

@@ -47,6 +47,12 @@ function testAdmin(dsn = engine.dsn) {
     async lapseClaim(table, id) {
       await query(`UPDATE ${table} SET delivered_at = NOW(3) - INTERVAL 1 HOUR WHERE id = ?`, [id]);
     },
+    /** What the server's other sessions are doing now (for a failure message that must explain a stall). */
+    async activity() {
+      return query(
+        "SELECT ID AS id, STATE AS state, TIME AS running_s, LEFT(INFO, 120) AS query FROM information_schema.PROCESSLIST WHERE COMMAND <> 'Sleep' AND ID <> CONNECTION_ID()",
+      );
+    },
     async isStale(table, id) {
       const [row] = await query(`SELECT delivered_at < NOW(3) AS stale FROM ${table} WHERE id = ?`, [id]);
       return row !== undefined && Number(row.stale) === 1;

@@ -20,6 +20,14 @@ function testAdmin(dsn = engine.dsn) {
     async lapseClaim(table, id) {
       await query(`UPDATE ${table} SET delivered_at = now() - interval '1 hour' WHERE id = $1::bigint`, [id]);
     },
+    /** What the server's other sessions are doing now (for a failure message that must explain a stall). */
+    async activity() {
+      return query(
+        `SELECT pid, application_name, state, wait_event_type, wait_event, left(query, 120) AS query,
+                round(extract(epoch FROM now() - query_start)::numeric, 3) AS running_s
+         FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'`,
+      );
+    },
     /** Whether the row's delivered_at lies behind the database clock (a stale claim). */
     async isStale(table, id) {
       const [row] = await query(`SELECT delivered_at < now() AS stale FROM ${table} WHERE id = $1::bigint`, [id]);
