@@ -51,7 +51,8 @@ pub struct DialectFacts {
 /// - `delete_head`: `DELETE … WHERE `, a held-row condition appended;
 /// - `setup`: the script that creates the table and its index if missing (idempotent);
 /// - `setup_done` → `count`: non-zero when the table and its index exist, so `setup` is not
-///   run (where running it would take a lock that waits for the table's writers).
+///   run for nothing (on a server, running it asks for the right to create, and PostgreSQL's
+///   takes a lock that waits for the table's writers).
 pub struct TableStatements {
     pub setup: String,
     pub setup_done: Option<String>,

@@ -47,6 +47,19 @@ function testAdmin(dsn = engine.dsn) {
     async lapseClaim(table, id) {
       await query(`UPDATE ${table} SET delivered_at = NOW(3) - INTERVAL 1 HOUR WHERE id = ?`, [id]);
     },
+    /**
+     * An account granted only the use of `table`, with no CREATE privilege: the account an app
+     * gets beside a migration. `drop()` removes it.
+     */
+    async accountForTable(table) {
+      const user = uniqueName('nmn_app');
+      await query(`CREATE USER '${user}'@'%'`);
+      await query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ${table} TO '${user}'@'%'`);
+      return {
+        dsn: dsnWith(dsn, { user }),
+        drop: () => query(`DROP USER '${user}'@'%'`),
+      };
+    },
     /** What the server's other sessions are doing now (for a failure message that must explain a stall). */
     async activity() {
       return query(

@@ -20,6 +20,26 @@ function testAdmin(dsn = engine.dsn) {
     async lapseClaim(table, id) {
       await query(`UPDATE ${table} SET delivered_at = now() - interval '1 hour' WHERE id = $1::bigint`, [id]);
     },
+    /**
+     * A login role granted only the use of `table`, with no right to create in its schema:
+     * the account an app gets beside a migration. `drop()` removes it.
+     */
+    async accountForTable(table) {
+      const role = uniqueName('nmn_app');
+      await query(`CREATE ROLE ${role} LOGIN`);
+      await query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ${table} TO ${role}`);
+      const [{ allowed }] = await query(`SELECT has_schema_privilege($1, 'public', 'CREATE') AS allowed`, [role]);
+      if (allowed) {
+        throw new Error('This case needs a role without CREATE on schema public (PostgreSQL 15 and later, or REVOKE CREATE ON SCHEMA public FROM PUBLIC).');
+      }
+      return {
+        dsn: dsnWith(dsn, { user: role }),
+        async drop() {
+          await query(`REVOKE ALL ON ${table} FROM ${role}`);
+          await query(`DROP ROLE ${role}`);
+        },
+      };
+    },
     /** What the server's other sessions are doing now (for a failure message that must explain a stall). */
     async activity() {
       return query(

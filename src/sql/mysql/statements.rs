@@ -82,7 +82,13 @@ pub fn statements(t: &str) -> (TableStatements, MySqlStatements) {
     );
     let shared = TableStatements {
         setup: create_table.clone(),
-        setup_done: None,
+        // CREATE TABLE IF NOT EXISTS asks for the CREATE privilege before it looks for the
+        // table: an app account granted only the use of a table a migration made would fail
+        // its auto-setup. The catalog shows an account the tables it may use.
+        setup_done: Some(format!(
+            "SELECT COUNT(*) AS count FROM information_schema.STATISTICS \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '{t}' AND INDEX_NAME = '{t}_claim_idx'"
+        )),
         delete_head: format!("DELETE FROM {t} WHERE "),
         // A row becomes claimable at its available_at, or, while claimed, when its claim's
         // lease runs out. The lease is bound once, after the queue name, as every dialect's
