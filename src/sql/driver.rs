@@ -91,8 +91,11 @@ pub trait Driver: Database {
         script: &'a str,
     ) -> BoxFuture<'a, SqlResult<()>>;
 
-    /// `execute_text`, returning how many rows it changed.
-    fn execute_counted(pool: &Pool<Self>, sql: String) -> BoxFuture<'_, SqlResult<u64>>;
+    /// Statement text with nothing bound, on `conn`, returning how many rows it changed.
+    fn execute_counted<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c str,
+    ) -> BoxFuture<'c, SqlResult<u64>>;
 
     /// A `(id, body, headers)` row as a message.
     fn message_of(row: &Self::Row) -> SqlResult<StoredMessage>;
@@ -206,8 +209,11 @@ where
         })
     }
 
-    fn execute_counted(pool: &Pool<Self>, sql: String) -> BoxFuture<'_, SqlResult<u64>> {
-        Box::pin(async move { Ok(sqlx::raw_sql(&sql).execute(pool).await?.rows()) })
+    fn execute_counted<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c str,
+    ) -> BoxFuture<'c, SqlResult<u64>> {
+        Box::pin(async move { Ok(conn.execute(sqlx::raw_sql(sql)).await?.rows()) })
     }
 
     fn message_of(row: &Self::Row) -> SqlResult<StoredMessage> {

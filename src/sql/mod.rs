@@ -12,6 +12,7 @@ mod dialect;
 mod driver;
 mod errors;
 mod ids;
+mod kept_connection;
 mod retry;
 mod table_queue;
 mod target;

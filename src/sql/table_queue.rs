@@ -114,6 +114,21 @@ impl<D: SqlDialect> TableQueue<D> {
         result
     }
 
+    /// Runs one delete statement. On a server, on the connection the last delete used (see
+    /// `KeptConnection`): a worker's acks are written flush after flush, each as soon as the
+    /// one before it is done.
+    async fn delete_rows(&self, sql: &str) -> SqlResult<u64> {
+        if !D::FACTS.has_server {
+            let mut conn = self.target.pool.acquire().await?;
+            return D::Db::execute_counted(&mut conn, sql).await;
+        }
+        let kept = &self.target.ack_connection;
+        let mut conn = kept.take(&self.target.pool).await?;
+        let deleted = D::Db::execute_counted(&mut conn, sql).await?;
+        kept.keep(conn);
+        Ok(deleted)
+    }
+
     /// Best effort: a release that fails is tried again by the next claim (the rows come
     /// back at their lease at the latest).
     async fn release_in_doubt(&self) {
@@ -282,11 +297,9 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
                 );
                 let deleted = self
                     .bounded("ack", None, async {
-                        with_transient_retry(D::classify, || {
-                            D::Db::execute_counted(&self.target.pool, sql.clone())
-                        })
-                        .await
-                        .map_err(|e| self.err("ack", e))
+                        with_transient_retry(D::classify, || self.delete_rows(&sql))
+                            .await
+                            .map_err(|e| self.err("ack", e))
                     })
                     .await?;
                 if rows[0].token.is_some() {

@@ -7,6 +7,7 @@ use super::dialect::{DialectConnectOptions, OpenedTarget, SqlDialect};
 use super::driver::SqlResult;
 use super::errors::Failure;
 use super::errors::{driver_error, no_answer, outcome_unknown};
+use super::kept_connection::KeptConnection;
 use crate::dsn::SqlDsn;
 use crate::error::{Error, Result};
 use crate::targets::FirstContact;
@@ -43,6 +44,10 @@ pub struct SqlTarget<D: SqlDialect> {
     connection_failed_at: Mutex<Option<Instant>>,
     /// The tokens of this process's recent claims, spared by lost-claim releases.
     pub recent_claims: RecentClaims,
+    /// The connection of the last full claim, for the next one.
+    pub claim_connection: KeptConnection<D::Db>,
+    /// The connection of the last ack delete, for the next one.
+    pub ack_connection: KeptConnection<D::Db>,
     pub extra: D::Extra,
 }
 
@@ -65,6 +70,8 @@ impl<D: SqlDialect> SqlTarget<D> {
                 first_contact: FirstContact::default(),
                 connection_failed_at: Mutex::new(None),
                 recent_claims: RecentClaims::default(),
+                claim_connection: KeptConnection::default(),
+                ack_connection: KeptConnection::default(),
                 extra,
             })
         })
@@ -74,6 +81,8 @@ impl<D: SqlDialect> SqlTarget<D> {
     pub async fn leave(self: &Arc<Self>) {
         if D::targets().leave(&self.key, self) {
             D::close_target(self).await;
+            self.claim_connection.give_back();
+            self.ack_connection.give_back();
             close_pool(&self.pool, POOL_CLOSE_BOUND).await;
         }
     }

@@ -170,7 +170,9 @@ impl SqlDialect for MySql {
         attempt: &'a mut ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>> {
         Box::pin(async move {
-            let mut tx = queue.target.pool.begin().await?;
+            let kept = &queue.target.claim_connection;
+            let mut conn = kept.take(&queue.target.pool).await?;
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
             let rows = sqlx::query(&queue.sql.claim_select)
                 .bind(&queue.config.queue)
                 .bind(queue.config.redeliver_timeout_seconds)
@@ -197,9 +199,14 @@ impl SqlDialect for MySql {
                 // round trips before the COMMIT's. If the UPDATE fails the server runs
                 // nothing after it, and dropping `tx` rolls back; after the COMMIT, the
                 // ROLLBACK sqlx queues on drop is a no-op sent ahead of the connection's next
-                // command.
+                // command (on a kept connection, ahead of the next claim's BEGIN).
                 let sql = format!("{}; COMMIT", queue.sql.mark_delivered(token, &ids));
                 sqlx::Executor::execute(&mut *tx, sql.as_str()).await?;
+                drop(tx);
+                // A full claim is followed by another soon (the read-ahead).
+                if claimed.len() >= limit as usize {
+                    kept.keep(conn);
+                }
                 return Ok(claimed);
             }
             tx.commit().await?;

@@ -185,14 +185,20 @@ impl SqlDialect for Postgres {
         attempt: &'a mut ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>> {
         Box::pin(async move {
+            let kept = &queue.target.claim_connection;
+            let mut conn = kept.take(&queue.target.pool).await?;
             let rows = sqlx::query(&queue.sql.claim)
                 .bind(&queue.config.queue)
                 .bind(queue.config.redeliver_timeout_seconds)
                 .bind(i64::from(limit))
                 .bind(attempt.nonce)
                 .bind(attempt.span_ms)
-                .fetch_all(&queue.target.pool)
+                .fetch_all(&mut *conn)
                 .await?;
+            // A full claim is followed by another soon (the read-ahead).
+            if rows.len() >= limit as usize {
+                kept.keep(conn);
+            }
             rows.iter().map(sqlx::Postgres::claimed_of).collect()
         })
     }
