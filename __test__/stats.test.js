@@ -69,6 +69,32 @@ describe.each([postgres, mysql, sqlite, redis])('$name: stats()', (engine) => {
     expect(t.stats().lastError).toBeNull();
   }, 15000);
 
+  it('claims grow from 16 rows by more than 4x and at most 16x a claim for a fast consumer', async () => {
+    const t = open();
+    const count = 2000;
+    for (let start = 0; start < count; start += 200) {
+      const sends = [];
+      for (let i = start; i < start + 200; i += 1) sends.push(t.send(envelopeOf(`g-${i}`)));
+      await Promise.all(sends);
+    }
+    const sizes = [];
+    const controller = new AbortController();
+    let received = 0;
+    for await (const envelope of t.get(controller.signal)) {
+      await t.ack(envelope);
+      const { claims, lastClaimSize } = t.stats();
+      if (claims > sizes.length) sizes.push(lastClaimSize);
+      received += 1;
+      if (received === count) break;
+    }
+    expect(sizes[0]).toBeLessThanOrEqual(16);
+    const steps = sizes.slice(1).map((size, i) => size / sizes[i]);
+    expect(Math.max(...steps)).toBeLessThanOrEqual(16);
+    // A no-op handler's pace fits a full 1,024 rows into a claim's 100 ms of work: growing at
+    // 4x a claim at most took three claims to get there from 16.
+    expect(Math.max(...steps)).toBeGreaterThan(4);
+  }, 30000);
+
   it('counts acks in commit mode once written', async () => {
     const t = open({ ackMode: 'commit' });
     await t.send(envelopeOf('x'));

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 /// are handed back for other consumers instead of being renewed.
 pub const PREFETCH_HOLD: Duration = Duration::from_secs(5);
 /// The next claim starts once the buffered rows hold no more work than this many times the
-/// last claim's duration: the next claim may be up to 4x larger (and slower) while batches
-/// grow, and it should land before the buffer runs dry.
+/// last claim's duration: the next claim may be larger (and slower) while batches grow, and it
+/// should land before the buffer runs dry.
 const READ_AHEAD_LEAD: u32 = 4;
 /// Weight of the newest gap in the pace's moving average (1/16).
 const PACE_SMOOTHING: u32 = 16;

@@ -24,6 +24,8 @@ const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
 pub const MAX_CLAIM_BATCH: u32 = 1024;
 /// The first claim's size, before the consumer's pace is known.
 pub const FIRST_CLAIM_BATCH: u32 = 16;
+/// The most one claim may be larger than the one before it.
+const MAX_CLAIM_GROWTH: u32 = 16;
 /// A claim aims to hold about this much of the consumer's work (see `next_batch_size`).
 const CLAIM_WINDOW: Duration = Duration::from_millis(100);
 /// Claims are renewed at a third of their lease, but not more often than this.
@@ -497,8 +499,12 @@ impl Queue {
                 } else {
                     CLAIM_WINDOW.as_secs_f64() / per_message
                 };
-                // Grow at most 4x per claim so a burst of cheap messages does not overshoot.
-                (fit.min(previous as f64 * 4.0)).clamp(1.0, MAX_CLAIM_BATCH as f64) as u32
+                // Grow at most 16x per claim, so that a pace measured over a few cheap
+                // messages does not claim the largest batch at once, while a fast consumer
+                // still gets there in two claims after the first (16, 256, 1,024; at 4x it
+                // took three, and the consumer waited out each).
+                (fit.min(previous as f64 * f64::from(MAX_CLAIM_GROWTH)))
+                    .clamp(1.0, MAX_CLAIM_BATCH as f64) as u32
             }
         };
         // Large messages: hold at most about MAX_BATCH_BYTES in one batch.
