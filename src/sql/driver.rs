@@ -202,7 +202,7 @@ where
                 None => true,
             };
             if needed {
-                execute_on::<DB>(&mut conn, script).await?;
+                Self::execute_counted(&mut conn, script).await?;
             }
             release_now(conn).await;
             Ok(())
@@ -265,21 +265,9 @@ where
         })
 }
 
-/// Runs statement text on one connection (boxed: an `async` block naming the executor of a
-/// generic connection directly trips the compiler's higher-ranked lifetime check).
-fn execute_on<'c, DB>(conn: &'c mut DB::Connection, sql: &'c str) -> BoxFuture<'c, SqlResult<()>>
-where
-    DB: Database,
-    &'c mut DB::Connection: Executor<'c, Database = DB>,
-{
-    Box::pin(async move {
-        conn.execute(sqlx::raw_sql(sql)).await?;
-        Ok(())
-    })
-}
-
-/// The `count` column of a one-row statement run on one connection (boxed for the reason
-/// `execute_on` is).
+/// The `count` column of a one-row statement run on one connection (boxed: an `async` block
+/// naming the executor of a generic connection directly trips the compiler's higher-ranked
+/// lifetime check).
 fn count_on<'c, DB>(conn: &'c mut DB::Connection, sql: &'c str) -> BoxFuture<'c, SqlResult<i64>>
 where
     DB: Database,
