@@ -1,11 +1,11 @@
 'use strict';
 
-// The connections a draining consumer uses, counted at a proxy in front of the server: its
-// claims go over one connection and its acks over another, each kept from one statement to the
-// next instead of going back to the pool in between (a connection going back is pinged first,
-// and a statement that needs one meanwhile opens another: a backend start on PostgreSQL, a
-// thread on MariaDB). Kept connections never hold up close(), and one the server dropped is
-// replaced without the consumer noticing.
+// The connections a draining consumer and a sender use, counted at a proxy in front of the
+// server: claims go over one connection, acks over another and sends over a third, each kept
+// from one statement to the next instead of going back to the pool in between (a connection
+// going back is pinged first, and a statement that needs one meanwhile opens another: a backend
+// start on PostgreSQL, a thread on MariaDB). Kept connections never hold up close(), and one the
+// server dropped is replaced without the consumer noticing.
 
 const { SqlTransport } = require('../..');
 const { postgres, mysql } = require('../support/engines');
@@ -115,6 +115,48 @@ describe.each([
     expect(stats.reconnects).toBe(0);
     expect(events).toEqual([]);
     expect(await freshCount(engine, target)).toBe(0);
+  }, 60_000);
+});
+
+describe.each([
+  ['PostgreSQL', postgres],
+  ['MariaDB', mysql],
+])('connections of a sender on %s', (_label, engine) => {
+  let proxy;
+  let target;
+  let sender;
+
+  beforeAll(async () => {
+    await engine.requireServer?.();
+  });
+
+  beforeEach(async () => {
+    proxy = await startProxy({ targetPort: Number(new URL(engine.dsn).port) });
+    target = engine.target('kept-send');
+    sender = new SqlTransport({ dsn: viaProxy(engine.dsn, proxy), ...target, serializer: serializer() });
+  });
+
+  afterEach(async () => {
+    await sender?.close().catch(() => {});
+    await proxy.close();
+    await engine.removeTarget(target);
+  });
+
+  it('sends 100 in flight and then one by one over one connection', async () => {
+    await fill(sender, MESSAGES);
+    for (let i = 0; i < 200; i += 1) await sender.send(envelopeOf(`one-by-one-${i}`));
+    await sender.close();
+    expect(proxy.accepted).toBe(1);
+    expect(await freshCount(engine, target)).toBe(MESSAGES + 200);
+  }, 60_000);
+
+  it('close() right after a send does not wait for the kept connection, and closes it', async () => {
+    await fill(sender, 300);
+    const started = Date.now();
+    await sender.close();
+    expect(Date.now() - started).toBeLessThan(KEEP_FOR_MS * 0.8);
+    await pollUntil(() => proxy.connections === 0, { timeoutMs: 500 });
+    expect(proxy.connections).toBe(0);
   }, 60_000);
 });
 

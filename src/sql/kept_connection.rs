@@ -1,11 +1,13 @@
 //! A connection kept from one statement to the next instead of handed back to the pool: a
-//! draining consumer's claims keep one, its ack flusher another. sqlx pings a connection on
-//! its way back (in a task of its own), so the statement right after found it busy and opened
-//! another one: on PostgreSQL a backend start, and a claim planned again on cold caches.
-//! Measured at depth 3,000: claims waited 5–11 ms for a connection, and the consumer drained
-//! about 10% slower. Only a connection whose statement completed is kept, at most one per
-//! `KeptConnection` (whichever statement finds it takes it), and for at most `KEEP_FOR`
-//! between statements: one that stops being used goes back to the pool soon.
+//! draining consumer's claims keep one, its ack flusher another, sends a third. sqlx pings a
+//! connection on its way back (in a task of its own), so the statement right after found it
+//! busy and opened another one: on PostgreSQL a backend start, and a statement planned again on
+//! cold caches. Measured at depth 3,000: claims waited 5–11 ms for a connection, and the
+//! consumer drained about 10% slower; sends went over two connections, and PostgreSQL spent
+//! about a third more CPU on each (the ping, and a second backend's cold start). Only a
+//! connection whose statement completed is kept, at most one per `KeptConnection` (whichever
+//! statement finds it takes it), and for at most `KEEP_FOR` between statements: one that stops
+//! being used goes back to the pool soon.
 
 use sqlx::pool::{Pool, PoolConnection};
 use sqlx::Database;

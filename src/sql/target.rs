@@ -48,6 +48,10 @@ pub struct SqlTarget<D: SqlDialect> {
     pub claim_connection: KeptConnection<D::Db>,
     /// The connection of the last ack delete, for the next one.
     pub ack_connection: KeptConnection<D::Db>,
+    /// The connection of the last send, for the next one (see [`acquire_for_write`]).
+    ///
+    /// [`acquire_for_write`]: SqlTarget::acquire_for_write
+    pub send_connection: KeptConnection<D::Db>,
     pub extra: D::Extra,
 }
 
@@ -72,6 +76,7 @@ impl<D: SqlDialect> SqlTarget<D> {
                 recent_claims: RecentClaims::default(),
                 claim_connection: KeptConnection::default(),
                 ack_connection: KeptConnection::default(),
+                send_connection: KeptConnection::default(),
                 extra,
             })
         })
@@ -83,6 +88,7 @@ impl<D: SqlDialect> SqlTarget<D> {
             D::close_target(self).await;
             self.claim_connection.give_back();
             self.ack_connection.give_back();
+            self.send_connection.give_back();
             close_pool(&self.pool, POOL_CLOSE_BOUND).await;
         }
     }
@@ -146,9 +152,11 @@ impl<D: SqlDialect> SqlTarget<D> {
             .await
     }
 
-    /// A pooled connection for a statement that must not run twice (a send): checked with a
-    /// ping first while pooled connections are suspect, so that a connection the server
-    /// dropped is found out before the statement is sent, not after.
+    /// A connection for a statement that must not run twice (a send): the last send's
+    /// connection if it is kept, else a pooled one; checked with a ping first while pooled
+    /// connections are suspect, so that a connection the server dropped is found out before
+    /// the statement is sent, not after. Hand it to `send_connection.keep` once the send has
+    /// completed.
     pub async fn acquire_for_write(&self) -> SqlResult<PoolConnection<D::Db>> {
         let suspect = self
             .connection_failed_at
@@ -157,7 +165,7 @@ impl<D: SqlDialect> SqlTarget<D> {
             .is_some_and(|at| at.elapsed() < SUSPECT_WINDOW);
         let mut tries = 0;
         loop {
-            let mut conn = self.pool.acquire().await?;
+            let mut conn = self.send_connection.take(&self.pool).await?;
             if !suspect {
                 return Ok(conn);
             }

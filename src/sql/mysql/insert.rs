@@ -64,6 +64,7 @@ pub async fn insert_once(
         let sql = queue.sql.insert(chunk.len());
         let done = bind_rows(queue, &sql, chunk).execute(&mut *conn).await?;
         ids.extend(ids_of(done.last_insert_id(), chunk.len()));
+        queue.target.send_connection.keep(conn);
         return Ok(ids);
     }
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
@@ -74,6 +75,7 @@ pub async fn insert_once(
         ids.extend(ids_of(done.last_insert_id(), chunk.len()));
     }
     tx.commit().await?;
+    queue.target.send_connection.keep(conn);
     Ok(ids)
 }
 

@@ -155,14 +155,16 @@ impl SqlDialect for Postgres {
             }
             let rows = with_rollback_retry(Self::classify, || async {
                 let mut conn = queue.target.acquire_for_write().await?;
-                sqlx::query(&queue.sql.insert)
+                let rows = sqlx::query(&queue.sql.insert)
                     .bind(&queue.config.queue)
                     .bind(&bodies)
                     .bind(&headers)
                     .bind(&delays)
                     .bind(&queue.config.table)
                     .fetch_all(&mut *conn)
-                    .await
+                    .await?;
+                queue.target.send_connection.keep(conn);
+                Ok(rows)
             })
             .await
             .map_err(|e| queue.target.write_error("send", "the messages", &e))?;
