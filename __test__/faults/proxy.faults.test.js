@@ -1,7 +1,8 @@
 'use strict';
 
 // The fault proxy itself (support/proxy.js), against a tiny echo server: forwarding, cut,
-// blackhole and restore, and cutAfter (the write reaches the server, its reply never the client).
+// blackhole and restore, cutAfter (the write reaches the server, its reply never the client) and
+// holdBack (one connection's write reaches the server late).
 
 const net = require('node:net');
 const { startProxy } = require('./support/proxy');
@@ -114,4 +115,20 @@ it('cutAfter() lets the matching write reach the server and resets the client be
   expect(await until(() => client.closed)).toBe(true);
   expect(client.data).toBe('SELECT');
   expect(client.error?.code).toBe('ECONNRESET');
+});
+
+it('holdBack() delays the matching write and what follows it on that connection only', async () => {
+  const slow = await connect();
+  const other = await connect();
+  const caught = proxy.holdBack('BLOCK', 200);
+  slow.socket.write('BLOCK 1');
+  await caught;
+  await sleep(20);
+  slow.socket.write('+after');
+  other.socket.write('other');
+  expect(await until(() => other.data === 'other')).toBe(true);
+  expect(received).not.toContain('BLOCK 1');
+  expect(await until(() => slow.data === 'BLOCK 1+after')).toBe(true);
+  const arrived = received.join('');
+  expect(arrived.indexOf('other')).toBeLessThan(arrived.indexOf('BLOCK 1+after'));
 });

@@ -36,6 +36,10 @@ const RECOVER_PAGE: u32 = 128;
 /// connection is taken for dead and dropped (a silent peer must not hold `get()` or `close()`).
 const READ_MARGIN: Duration = Duration::from_secs(2);
 
+/// How long an UNBLOCK that found nothing blocked waits for the read's reply before asking
+/// again (doubling each time, within `READ_MARGIN`).
+const UNBLOCK_PAUSE: Duration = Duration::from_millis(2);
+
 impl RedisQueue {
     /// Turns stream entries into messages; entries without `body`/`headers` (foreign) are
     /// acknowledged and deleted, so they never loop.
@@ -280,8 +284,17 @@ impl RedisQueue {
         let mut guard = self.blocking.lock().await;
         let (mut conn, client_id) = match guard.take() {
             Some(open) => open,
-            None => self.open_blocking().await?,
+            None => tokio::select! {
+                opened = self.open_blocking() => opened?,
+                _ = cancel.cancelled() => return Ok(WaitOutcome::Cancelled),
+            },
         };
+        // Ended before the read goes out: an UNBLOCK could overtake the read (it goes over
+        // another connection), find nothing blocked, and leave the read to block its full time.
+        if cancel.is_cancelled() {
+            *guard = Some((conn, client_id));
+            return Ok(WaitOutcome::Cancelled);
+        }
         // Redis times blocked reads out on its own coarse tick (100 ms at the default hz), so
         // where the block can be ended on demand, our timer ends it on time and the server's
         // timeout is only a backstop.
@@ -386,17 +399,30 @@ impl RedisQueue {
     where
         F: std::future::Future<Output = redis::RedisResult<Value>>,
     {
-        if let (Some(id), Ok(mut conn)) = (client_id, self.shared.conn("read").await) {
-            let _ = redis::cmd("CLIENT")
+        let deadline = tokio::time::Instant::now() + READ_MARGIN;
+        let mut pause = UNBLOCK_PAUSE;
+        while let (Some(id), Ok(mut conn)) = (client_id, self.shared.conn("read").await) {
+            let ended = redis::cmd("CLIENT")
                 .arg("UNBLOCK")
                 .arg(id)
                 .arg("TIMEOUT")
-                .query_async::<Value>(&mut conn)
+                .query_async::<i64>(&mut conn)
                 .await;
+            // 0: nothing blocked yet: the read has answered (its reply is on its way), or it
+            // has not reached the server (the UNBLOCK went over another connection, and
+            // overtook it); asked again until it answers.
+            if !matches!(ended, Ok(0)) {
+                break;
+            }
+            match tokio::time::timeout(pause, reading.as_mut()).await {
+                Ok(reply) => return reply,
+                Err(_) if tokio::time::Instant::now() + pause < deadline => pause *= 2,
+                Err(_) => break,
+            }
         }
         // The unblocked read answers at once; a read that does not is on a dead or silent
         // connection, which the caller then drops instead of waiting on it.
-        match tokio::time::timeout(READ_MARGIN, reading.as_mut()).await {
+        match tokio::time::timeout_at(deadline, reading.as_mut()).await {
             Ok(reply) => reply,
             Err(_) => Err(redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,

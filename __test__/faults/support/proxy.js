@@ -10,6 +10,9 @@
 //   cutAfter(p)  forward the next client→server chunk that matches `p`, then drop the
 //                server's reply and reset the client: the write reached the server, its
 //                outcome never reaches the client (an ambiguous write).
+//   holdBack(p, ms)  hold the next client→server chunk that matches `p`, and what follows it
+//                on its connection, for `ms` before forwarding it (a slow path for one
+//                connection, while the others are not slowed).
 //
 // A blackhole is made by not reading (sockets paused): the kernel buffers fill and TCP flow
 // control stops the writer, as on a silent network. Keepalive probes are answered by the
@@ -70,6 +73,8 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
   let accepted = 0;
   /** Armed cutAfter traps, first armed first served. */
   const traps = [];
+  /** Armed holdBack delays, first armed first served. */
+  const holds = [];
 
   function dropLink(link) {
     if (!links.delete(link)) return;
@@ -81,6 +86,22 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
     link.lastDataAt = Date.now();
     link.bytesUp += chunk.length;
     if (link.doomed) return;
+    if (link.held !== undefined) {
+      link.held.push(chunk);
+      return;
+    }
+    const holdIndex = holds.findIndex((hold) => hold.matches(chunk));
+    if (holdIndex >= 0) {
+      const [hold] = holds.splice(holdIndex, 1);
+      link.held = [chunk];
+      hold.resolve({ at: Date.now(), chunk });
+      setTimeout(() => {
+        const held = link.held;
+        link.held = undefined;
+        if (links.has(link)) for (const c of held) link.upstream.write(c);
+      }, hold.ms);
+      return;
+    }
     const index = traps.findIndex((trap) => trap.matches(chunk));
     if (index >= 0) {
       const [trap] = traps.splice(index, 1);
@@ -113,7 +134,7 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
   const server = net.createServer({ pauseOnConnect: true }, (client) => {
     accepted += 1;
     const upstream = net.connect({ host: targetHost, port: targetPort });
-    const link = { client, upstream, doomed: false, onDoomedReply: undefined, openedAt: Date.now(), lastDataAt: Date.now(), bytesUp: 0, bytesDown: 0 };
+    const link = { client, upstream, doomed: false, onDoomedReply: undefined, held: undefined, openedAt: Date.now(), lastDataAt: Date.now(), bytesUp: 0, bytesDown: 0 };
     links.add(link);
     client.setNoDelay(true);
     upstream.setNoDelay(true);
@@ -214,10 +235,23 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
         traps.push({ matches: matcherOf(pattern), waitForReplyMs, resolve });
       });
     },
+    /**
+     * Arms a delay: the next client→server chunk matching `pattern`, and every chunk after it
+     * on the same connection, reaches the server `ms` later. Resolves `{ at }` when the chunk
+     * is caught (sent by the client, not yet at the server).
+     * @param {string | Buffer | ((chunk: Buffer) => boolean)} pattern
+     * @param {number} ms
+     */
+    holdBack(pattern, ms) {
+      return new Promise((resolve) => {
+        holds.push({ matches: matcherOf(pattern), ms, resolve });
+      });
+    },
     /** Stops listening and resets every connection. */
     close() {
       for (const link of [...links]) dropLink(link);
       traps.splice(0);
+      holds.splice(0);
       return new Promise((resolve) => server.close(() => resolve()));
     },
   };
