@@ -13,6 +13,7 @@ use sqlx::pool::{Pool, PoolConnection};
 use sqlx::Database;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+use tokio::runtime::Handle;
 
 /// How long a kept connection waits for its next statement before it goes back to the pool.
 const KEEP_FOR: Duration = Duration::from_secs(1);
@@ -22,6 +23,8 @@ struct Slot<DB: Database> {
     /// A task is watching `kept` for expiry: one per kept period, not one per `keep` (the ack
     /// flusher keeps its connection hundreds of times a second).
     watched: bool,
+    /// The runtime the connection was kept in, to drop it in (see the `Drop` below).
+    runtime: Option<Handle>,
 }
 
 pub struct KeptConnection<DB: Database> {
@@ -34,6 +37,7 @@ impl<DB: Database> Default for KeptConnection<DB> {
             slot: Arc::new(Mutex::new(Slot {
                 kept: None,
                 watched: false,
+                runtime: None,
             })),
         }
     }
@@ -60,6 +64,7 @@ impl<DB: Database> KeptConnection<DB> {
             return;
         }
         slot.kept = Some((conn, Instant::now()));
+        slot.runtime.get_or_insert_with(Handle::current);
         if !std::mem::replace(&mut slot.watched, true) {
             tokio::spawn(watch(Arc::downgrade(&self.slot)));
         }
@@ -70,6 +75,26 @@ impl<DB: Database> KeptConnection<DB> {
     pub fn give_back(&self) {
         let kept = lock(&self.slot).kept.take();
         drop(kept);
+    }
+}
+
+/// A pool connection goes back to its pool in a task, so dropping one needs a runtime; a
+/// queue dropped without close() is dropped on the JavaScript thread (its finalizer, at the
+/// latest as the process exits), outside it: the kept connection is dropped in the runtime it
+/// was kept in (a task spawned there after it shut down is dropped, never run).
+impl<DB: Database> Drop for KeptConnection<DB> {
+    fn drop(&mut self) {
+        let mut slot = lock(&self.slot);
+        let Some((conn, _)) = slot.kept.take() else {
+            return;
+        };
+        let kept_in = slot.runtime.clone();
+        drop(slot);
+        let _entered = match (Handle::try_current(), &kept_in) {
+            (Err(_), Some(runtime)) => Some(runtime.enter()),
+            _ => None,
+        };
+        drop(conn);
     }
 }
 
@@ -173,5 +198,39 @@ mod tests {
         kept.give_back();
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(pool.num_idle(), 2);
+    }
+
+    /// As a queue dropped without close() is: by a thread outside every runtime.
+    #[test]
+    fn dropped_outside_a_runtime_it_returns_its_connection_in_the_runtime_it_was_kept_in() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let (pool, kept) = runtime.block_on(async {
+            let pool = pool().await;
+            let kept = KeptConnection::default();
+            kept.keep(pool.acquire().await.expect("a connection"));
+            (pool, kept)
+        });
+        std::thread::spawn(move || drop(kept))
+            .join()
+            .expect("dropped without a panic");
+        runtime.block_on(async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(pool.num_idle(), 1, "back in the pool");
+        });
+
+        // Its runtime shut down as well, as when the process exits: dropped all the same.
+        let kept = runtime.block_on(async {
+            let kept = KeptConnection::default();
+            kept.keep(pool.acquire().await.expect("a connection"));
+            kept
+        });
+        drop(runtime);
+        std::thread::spawn(move || drop(kept))
+            .join()
+            .expect("dropped without a panic");
     }
 }
