@@ -84,17 +84,12 @@ impl<DB: Database> KeptConnection<DB> {
 /// was kept in (a task spawned there after it shut down is dropped, never run).
 impl<DB: Database> Drop for KeptConnection<DB> {
     fn drop(&mut self) {
-        let mut slot = lock(&self.slot);
-        let Some((conn, _)) = slot.kept.take() else {
-            return;
-        };
-        let kept_in = slot.runtime.clone();
-        drop(slot);
+        let kept_in = lock(&self.slot).runtime.clone();
         let _entered = match (Handle::try_current(), &kept_in) {
             (Err(_), Some(runtime)) => Some(runtime.enter()),
             _ => None,
         };
-        drop(conn);
+        self.give_back();
     }
 }
 
