@@ -18,7 +18,7 @@ const {
 } = require('../support/transport-helpers');
 const { sqlTransportSuite } = require('../shared/sql-transport.suite');
 
-const { TABLE, db, transport, lastQueue, settledRows } = sqlTransportSuite(mysql);
+const { TABLE, db, transport, lastQueue, settledRows, freshTable } = sqlTransportSuite(mysql);
 
 describe('construction and options', () => {
   it('accepts a mariadb:// DSN for the same server and table', async () => {
@@ -110,4 +110,52 @@ describe('max_allowed_packet', () => {
     const stored = await db.rows(TABLE, queueName);
     expect(stored.map((r) => JSON.parse(r.body).id)).toEqual(['first', 'small-a', 'small-b']);
   }, 30000);
+});
+
+describe('message text', () => {
+  const TEXT = 'café 中文 😀 \u00a0end';
+
+  async function storedHex(table, id) {
+    const [row] = await db.query(`SELECT HEX(body) AS hex FROM ${table} WHERE id = ?`, [id]);
+    return row.hex;
+  }
+
+  const encodedBody = (id) => serializer().encode(envelopeOf(id, TEXT)).body;
+
+  it('stores non-ASCII text as its UTF-8 bytes in the utf8mb4 table, sent and redelivered', async () => {
+    const t = transport();
+    const sent = await t.send(envelopeOf('utf8', TEXT));
+    expect(await storedHex(TABLE, idOf(sent))).toBe(Buffer.from(encodedBody('utf8'), 'utf8').toString('hex').toUpperCase());
+    const received = await receiveOne(t);
+    expect(received.message).toEqual(new TestMessage('utf8', TEXT));
+
+    await t.reject(received);
+    const [copy] = await db.rows(TABLE, lastQueue());
+    const stored = await storedHex(TABLE, copy.id);
+    expect(Buffer.from(stored, 'hex').toString('utf8')).toBe(encodedBody('utf8'));
+    const again = await receiveOne(t);
+    expect(again.message).toEqual(new TestMessage('utf8', TEXT));
+    await t.ack(again);
+  });
+
+  it('keeps the server converting text into a table whose text columns are not utf8mb4', async () => {
+    // A table made by a migration of its own, in latin1: UTF-8 bytes stored as they are
+    // would read back as "cafÃ©".
+    const table = freshTable('nmn_latin1');
+    await db.query(
+      `CREATE TABLE ${table} (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, body LONGTEXT NOT NULL, ` +
+        `headers LONGTEXT NOT NULL, queue_name VARCHAR(190) NOT NULL, created_at DATETIME(3) NOT NULL, ` +
+        `available_at DATETIME(3) NOT NULL, delivered_at DATETIME(3) NULL, ` +
+        `INDEX ${table}_claim_idx (queue_name, available_at, delivered_at, id)) ENGINE=InnoDB DEFAULT CHARSET=latin1`,
+    );
+    const t = transport({ tableName: table });
+    const sent = await t.send(envelopeOf('latin1', 'café'));
+    const body = serializer().encode(envelopeOf('latin1', 'café')).body;
+    expect(await storedHex(table, idOf(sent))).toBe(Buffer.from(body, 'latin1').toString('hex').toUpperCase());
+    const [row] = await db.query(`SELECT body FROM ${table} WHERE id = ?`, [idOf(sent)]);
+    expect(row.body).toBe(body);
+    const received = await receiveOne(t);
+    expect(received.message).toEqual(new TestMessage('latin1', 'café'));
+    await t.ack(received);
+  });
 });

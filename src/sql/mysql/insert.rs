@@ -4,6 +4,7 @@
 //! the first id of each statement: InnoDB gives a simple multi-row insert consecutive ids,
 //! spaced by `auto_increment_increment`.
 
+use super::text_columns::bind_text;
 use super::MySql;
 use crate::engine::NewMessage;
 use crate::error::{Error, Result};
@@ -59,10 +60,15 @@ pub async fn insert_once(
         |first: u64, rows: usize| (0..rows as u64).map(move |i| (first + i * step).to_string());
     let mut ids = Vec::with_capacity(messages.len());
     let mut conn = queue.target.acquire_for_write().await?;
+    let as_bytes = (queue.target.extra.text_columns)
+        .bytes_for(&mut conn, &queue.config.table)
+        .await;
     if let [range] = ranges {
         let chunk = &messages[range.clone()];
         let sql = queue.sql.insert(chunk.len());
-        let done = bind_rows(queue, &sql, chunk).execute(&mut *conn).await?;
+        let done = bind_rows(queue, &sql, chunk, as_bytes)
+            .execute(&mut *conn)
+            .await?;
         ids.extend(ids_of(done.last_insert_id(), chunk.len()));
         queue.target.send_connection.keep(conn);
         return Ok(ids);
@@ -71,7 +77,9 @@ pub async fn insert_once(
     for range in ranges {
         let chunk = &messages[range.clone()];
         let sql = queue.sql.insert(chunk.len());
-        let done = bind_rows(queue, &sql, chunk).execute(&mut *tx).await?;
+        let done = bind_rows(queue, &sql, chunk, as_bytes)
+            .execute(&mut *tx)
+            .await?;
         ids.extend(ids_of(done.last_insert_id(), chunk.len()));
     }
     tx.commit().await?;
@@ -79,19 +87,18 @@ pub async fn insert_once(
     Ok(ids)
 }
 
-/// The multi-row INSERT for `chunk`; the delay travels in microseconds.
+/// The multi-row INSERT for `chunk`; the delay travels in microseconds, the text as bytes
+/// when `as_bytes` (see `text_columns`).
 fn bind_rows<'q>(
     queue: &'q TableQueue<MySql>,
     sql: &'q str,
     chunk: &'q [NewMessage],
+    as_bytes: bool,
 ) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
     let mut query = sqlx::query(sql).persistent(chunk.len() <= PREPARED_INSERT_ROWS);
     for m in chunk {
-        query = query
-            .bind(&queue.config.queue)
-            .bind(&m.body)
-            .bind(&m.headers)
-            .bind(delay_micros(m));
+        query = bind_text(query.bind(&queue.config.queue), &m.body, as_bytes);
+        query = bind_text(query, &m.headers, as_bytes).bind(delay_micros(m));
     }
     query
 }

@@ -6,6 +6,7 @@
 mod errors;
 mod insert;
 mod statements;
+mod text_columns;
 mod version;
 
 use crate::dsn::SqlDsn;
@@ -34,6 +35,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
+use text_columns::bind_text;
 
 pub struct MySql;
 
@@ -41,6 +43,7 @@ pub struct MySql;
 pub struct MySqlExtra {
     max_packet: AtomicU64,
     id_step: AtomicU64,
+    text_columns: text_columns::TextColumns,
 }
 
 static TARGETS: LazyLock<Targets<SqlTarget<MySql>>> = LazyLock::new(Targets::default);
@@ -96,6 +99,7 @@ impl SqlDialect for MySql {
             extra: MySqlExtra {
                 max_packet: AtomicU64::new(16 * 1024 * 1024),
                 id_step: AtomicU64::new(1),
+                text_columns: text_columns::TextColumns::default(),
             },
         })
     }
@@ -223,6 +227,9 @@ impl SqlDialect for MySql {
     ) -> BoxFuture<'a, SqlResult<Option<String>>> {
         Box::pin(async move {
             let mut tx = queue.target.pool.begin().await?;
+            let as_bytes = (queue.target.extra.text_columns)
+                .bytes_for(&mut tx, &queue.config.table)
+                .await;
             let deleted = sqlx::query(&queue.sql.redeliver_delete)
                 .bind(id)
                 .bind(token)
@@ -233,10 +240,9 @@ impl SqlDialect for MySql {
                 tx.rollback().await?;
                 return Ok(None);
             }
-            let done = sqlx::query(&queue.sql.insert_one)
-                .bind(&queue.config.queue)
-                .bind(&copy.body)
-                .bind(&copy.headers)
+            let insert = sqlx::query(&queue.sql.insert_one).bind(&queue.config.queue);
+            let insert = bind_text(insert, &copy.body, as_bytes);
+            let done = bind_text(insert, &copy.headers, as_bytes)
                 .bind(insert::delay_micros(copy))
                 .execute(&mut *tx)
                 .await?;
