@@ -36,8 +36,11 @@ export declare class NativeQueue {
    * queued until the last one settled); `false` lets it go.
    */
   holdLoop(hold: boolean): void
-  /** The next prefetched message, or null when the buffer is empty. Never waits. */
-  take(): NativeMessage | null
+  /**
+   * The next prefetched message as `[id, body, headers]`, or null when the buffer is
+   * empty. Never waits.
+   */
+  take(): [id: string, body: string, headers: string] | null
   /**
    * Claims a batch, waiting while the queue is idle. Resolves true when `take()` has
    * something, false when `cancelWait(waitId)` or close ended the wait.

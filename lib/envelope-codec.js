@@ -21,13 +21,14 @@ function encodeEnvelope(serializer, envelope) {
 /**
  * Decodes a stored message, or returns undefined when it cannot be decoded (poison).
  * @param {import('@schally/nestjs-messenger').Serializer} serializer
- * @param {{ body: string, headers: string }} stored
+ * @param {string} body the stored body
+ * @param {string} storedHeaders the stored headers (a JSON object)
  */
-function decodeStored(serializer, stored) {
+function decodeStored(serializer, body, storedHeaders) {
   try {
-    const headers = JSON.parse(stored.headers);
+    const headers = JSON.parse(storedHeaders);
     if (headers === null || typeof headers !== 'object' || Array.isArray(headers)) return undefined;
-    return serializer.decode({ body: stored.body, headers });
+    return serializer.decode({ body, headers });
   } catch {
     return undefined;
   }

@@ -17,6 +17,7 @@ pub mod engine;
 pub mod error;
 pub mod fence;
 pub mod ident;
+pub mod js_message;
 pub mod js_text;
 pub mod outage;
 pub mod prefetch;
@@ -38,6 +39,7 @@ mod exports {
     use super::*;
     use engine::{NewMessage, StoredMessage};
     use error::Error;
+    use js_message::JsMessage;
     use js_text::JsText;
     use napi::bindgen_prelude::within_runtime_if_available;
     use napi::Env;
@@ -467,10 +469,14 @@ mod exports {
             Ok(())
         }
 
-        /// The next prefetched message, or null when the buffer is empty. Never waits.
-        #[napi(catch_unwind)]
-        pub fn take(&self) -> Option<NativeMessage> {
-            self.queue.take().map(NativeMessage::from)
+        /// The next prefetched message as `[id, body, headers]`, or null when the buffer is
+        /// empty. Never waits.
+        #[napi(
+            catch_unwind,
+            ts_return_type = "[id: string, body: string, headers: string] | null"
+        )]
+        pub fn take(&self) -> Option<JsMessage> {
+            self.queue.take().map(JsMessage)
         }
 
         /// Claims a batch, waiting while the queue is idle. Resolves true when `take()` has
