@@ -12,7 +12,7 @@ use crate::dsn::SqlDsn;
 use crate::error::{Error, Result};
 use crate::targets::FirstContact;
 use crate::wake::WakeBoard;
-use sqlx::pool::{PoolConnection, PoolOptions};
+use sqlx::pool::{PoolConnection, PoolConnectionMetadata, PoolOptions};
 use sqlx::{ConnectOptions, Connection, Database, Pool};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -31,6 +31,11 @@ const PROBE_GRACE: Duration = Duration::from_millis(50);
 
 /// Connections per pool (per process and DSN) of a server dialect.
 pub const MAX_POOL_CONNECTIONS: u32 = 10;
+/// A pooled connection unused for this long is pinged before it is handed out: the server may
+/// have closed it meanwhile (a restart, a failover, an idle timeout in between), and a write on
+/// a connection that died unnoticed fails with its outcome unknown. Busy connections are never
+/// pinged: claims, acks and sends keep theirs from one statement to the next.
+const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
 
 pub struct SqlTarget<D: SqlDialect> {
     key: String,
@@ -243,9 +248,25 @@ pub async fn close_pool<DB: Database>(pool: &Pool<DB>, bound: Duration) {
 pub fn server_pool_options<DB: Database>(connect_timeout: Duration) -> PoolOptions<DB> {
     PoolOptions::new()
         .max_connections(MAX_POOL_CONNECTIONS)
-        // A ping before every use would double the round trips; a broken connection is
-        // retried instead (see with_transient_retry).
+        // A ping before every use would double the round trips; only a connection that sat in
+        // the pool for a while is pinged (below), and a broken one met in use is retried
+        // (see with_transient_retry).
         .test_before_acquire(false)
+        .before_acquire(
+            move |conn: &mut DB::Connection, meta: PoolConnectionMetadata| {
+                Box::pin(async move {
+                    if meta.idle_for < PING_IF_IDLE_FOR {
+                        return Ok(true);
+                    }
+                    // A failed or unanswered ping closes this connection and the pool hands out
+                    // another or opens one, before anything was written on it.
+                    match tokio::time::timeout(connect_timeout, conn.ping()).await {
+                        Ok(answered) => answered.map(|()| true),
+                        Err(_) => Ok(false),
+                    }
+                })
+            },
+        )
         .min_connections(0)
         .acquire_timeout(connect_timeout)
         .idle_timeout(Duration::from_secs(60))
