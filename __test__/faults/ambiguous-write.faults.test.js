@@ -12,9 +12,8 @@
 //   PostgreSQL by the stamp residue its claim chose); nothing is lost either way.
 
 const { TransportConnectionError, TransportMessageIdStamp } = require('@schally/nestjs-messenger');
-const { startServer } = require('./support/servers');
-const { startProxy, viaProxy } = require('./support/proxy');
-const { makeTransport, uniqueQueue, residue } = require('./support/engines');
+const { serverBehindProxy } = require('./support/behind-proxy');
+const { uniqueQueue, residue } = require('./support/engines');
 const { faultEnvelope } = require('./support/messages');
 const { settleWithin, sleep } = require('./support/account');
 
@@ -63,28 +62,8 @@ function expectClaimedAgain(engine, { replied, errors, slowest, delivered }) {
 }
 
 describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost', (engine) => {
-  let server;
-  let proxy;
-  const transports = [];
-  const open = (options) => {
-    const t = makeTransport(engine, { connectTimeoutMs: 2000, leaseMs: LEASE_MS, ...options });
-    transports.push(t);
-    return t;
-  };
-
-  beforeAll(async () => {
-    server = await startServer(engine);
-    proxy = await startProxy({ targetPort: server.port });
-  }, 120_000);
-
-  afterEach(async () => {
-    await Promise.all(transports.splice(0).map((t) => settleWithin(t.close(), 5000)));
-  });
-
-  afterAll(async () => {
-    await proxy?.close();
-    await server?.stop();
-  }, 60_000);
+  const f = serverBehindProxy(engine, { connectTimeoutMs: 2000, leaseMs: LEASE_MS });
+  const open = (options) => f.open(options);
 
   /**
    * A fresh queue with its storage set up, a producer on the server, and a consumer through the
@@ -92,26 +71,26 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
    */
   async function openClaimTest() {
     const queue = uniqueQueue(engine, 'ambiguous');
-    const producer = open({ dsn: server.dsn, queue });
-    const consumer = open({ dsn: viaProxy(server.dsn, proxy), queue, leaseMs: CLAIM_LEASE_MS });
+    const producer = open({ dsn: f.server.dsn, queue });
+    const consumer = open({ dsn: f.viaProxy(), queue, leaseMs: CLAIM_LEASE_MS });
     await producer.setup();
     return { queue, producer, consumer };
   }
 
   it('send(): one stored row and a resolved send, or a rejection that says it may have been stored; never two rows', async () => {
     const queue = uniqueQueue(engine, 'ambiguous');
-    const t = open({ dsn: viaProxy(server.dsn, proxy), queue });
+    const t = open({ dsn: f.viaProxy(), queue });
     await t.setup();
     await t.send(faultEnvelope('s:0', 0)); // prepares the statement the cut send reuses
 
-    const cut = proxy.cutAfter(SEND_WRITE);
+    const cut = f.proxy.cutAfter(SEND_WRITE);
     const outcome = await settleWithin(t.send(faultEnvelope('s:1', 1)), 20_000);
     const { replied } = await settleWithin(cut, 1000).then((r) => r.value ?? {});
     const after = await t.send(faultEnvelope('s:2', 2)).then(
       () => 'stored',
       (error) => `${error.constructor.name}: ${error.message}`,
     );
-    const stored = await residue(engine, { dsn: server.dsn, queue });
+    const stored = await residue(engine, { dsn: f.server.dsn, queue });
     const copies = stored.filter((key) => key === 's:1').length;
     console.log(
       `[ambiguous send ${engine}] server replied before the cut: ${replied}; send ${
@@ -147,7 +126,7 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
     // Idle after a first empty claim: the consumer has reached its server.
     await sleep(1000);
 
-    const cut = proxy.cutAfter(CLAIM_WRITE[engine]);
+    const cut = f.proxy.cutAfter(CLAIM_WRITE[engine]);
     const sentAt = Date.now();
     const keys = [];
     for (let n = 0; n < 5; n += 1) {
@@ -164,7 +143,7 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
     // Its acks are write-behind: a flush that went over the cut connection is written again
     // after a pause; close() waits for it.
     await consumer.close();
-    expect(await residue(engine, { dsn: server.dsn, queue })).toEqual([]);
+    expect(await residue(engine, { dsn: f.server.dsn, queue })).toEqual([]);
   }, 60_000);
 
   // Redis re-reads the consumer's own pending entries after a lost read. After an idle spell
@@ -187,7 +166,7 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
           if (key === 'c:0') {
             // Sent while c:0 is handled: the consumer's next claim takes all four at once,
             // and the proxy loses its reply.
-            cut = proxy.cutAfter(CLAIM_WRITE[engine]);
+            cut = f.proxy.cutAfter(CLAIM_WRITE[engine]);
             cutAt = Date.now();
             for (const next of keys) await producer.send(faultEnvelope(next, 0));
           }
@@ -207,7 +186,7 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
 
       expectClaimedAgain(engine, { replied, errors, slowest, delivered });
       await consumer.close();
-      expect(await residue(engine, { dsn: server.dsn, queue })).toEqual([]);
+      expect(await residue(engine, { dsn: f.server.dsn, queue })).toEqual([]);
     }, 60_000);
 
     // The re-read walks the consumer's whole pending list a page (at most 1,024) at a time:
@@ -237,7 +216,7 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
       expect(held.length).toBe(HELD);
       // Idle, so that the next XREADGROUP the proxy sees is the claim of the messages below.
       await sleep(1000);
-      const cut = proxy.cutAfter(CLAIM_WRITE[engine]);
+      const cut = f.proxy.cutAfter(CLAIM_WRITE[engine]);
       const cutAt = Date.now();
       for (const key of keys) await producer.send(faultEnvelope(key, 0));
       const { replied } = await settleWithin(cut, 5000).then((r) => r.value ?? {});
@@ -249,7 +228,7 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
 
       expectClaimedAgain(engine, { replied, errors, slowest, delivered });
       await consumer.close();
-      expect(await residue(engine, { dsn: server.dsn, queue })).toEqual([]);
+      expect(await residue(engine, { dsn: f.server.dsn, queue })).toEqual([]);
     }, 60_000);
   }
 });

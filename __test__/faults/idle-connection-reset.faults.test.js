@@ -10,9 +10,8 @@
 // and a dead one is replaced before anything is written. (Before: the send was written on the
 // dead connection and failed with TransportConnectionError, its outcome unknown.)
 
-const { startServer } = require('./support/servers');
-const { startProxy, viaProxy } = require('./support/proxy');
-const { makeTransport, uniqueQueue, residue } = require('./support/engines');
+const { serverBehindProxy } = require('./support/behind-proxy');
+const { uniqueQueue, residue } = require('./support/engines');
 const { faultEnvelope } = require('./support/messages');
 const { settleWithin, sleep } = require('./support/account');
 
@@ -20,42 +19,21 @@ const { settleWithin, sleep } = require('./support/account');
 const IDLE_MS = 2500;
 
 describe.each(['postgres', 'mariadb'])('%s: a pooled connection reset while idle', (engine) => {
-  let server;
-  let proxy;
-  const transports = [];
-  const open = (options) => {
-    const t = makeTransport(engine, { connectTimeoutMs: 2000, ...options });
-    transports.push(t);
-    return t;
-  };
-
-  beforeAll(async () => {
-    server = await startServer(engine);
-    proxy = await startProxy({ targetPort: server.port });
-  }, 120_000);
-
-  afterEach(async () => {
-    await Promise.all(transports.splice(0).map((t) => settleWithin(t.close(), 5000)));
-  });
-
-  afterAll(async () => {
-    await proxy?.close();
-    await server?.stop();
-  }, 60_000);
+  const f = serverBehindProxy(engine, { connectTimeoutMs: 2000 });
 
   it('the next send is stored once, without an error', async () => {
     const queue = uniqueQueue(engine, 'idle_reset');
-    const t = open({ dsn: viaProxy(server.dsn, proxy), queue });
+    const t = f.open({ dsn: f.viaProxy(), queue });
     await t.setup();
     await t.send(faultEnvelope('r:0', 0));
     await sleep(IDLE_MS);
 
-    expect(proxy.cut()).toBeGreaterThan(0);
+    expect(f.proxy.cut()).toBeGreaterThan(0);
     const outcome = await settleWithin(t.send(faultEnvelope('r:1', 1)), 10_000);
     expect(outcome.timeout).toBeFalsy();
     expect(outcome.error?.message).toBeUndefined();
 
-    const stored = await residue(engine, { dsn: server.dsn, queue });
+    const stored = await residue(engine, { dsn: f.server.dsn, queue });
     expect(stored.sort()).toEqual(['r:0', 'r:1']);
   }, 30_000);
 });
