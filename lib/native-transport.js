@@ -67,12 +67,22 @@ class NativeTransport {
     if (this.#closing) {
       throw new TransportError(`Cannot send on a ${this.#label} transport that is closing or closed.`);
     }
-    const { body, headers, delayMs } = encodeEnvelope(this.#serializer, envelope);
-    // Queued synchronously (sends keep their call order); a message the storage is known to
-    // refuse throws here, before anything is written.
-    const tracked = this.#settles.track(this.#sends.send(body, headers, delayMs));
-    const id = await (this.#telemetry ? this.#telemetry.send(tracked) : tracked);
+    const id = await this.#queueSend(envelope);
     return envelope.with(new TransportMessageIdStamp(id));
+  }
+
+  /**
+   * Encodes and queues a send synchronously (sends keep their call order); a message the
+   * storage is known to refuse throws here, before anything is written. Not part of `send`:
+   * an async function keeps its locals until it returns, and the encoded body (as large as
+   * the message) would then live in the JavaScript heap for as long as the send is in flight.
+   * @param {import('@schally/nestjs-messenger').Envelope} envelope
+   * @returns {Promise<string>}
+   */
+  #queueSend(envelope) {
+    const { body, headers, delayMs } = encodeEnvelope(this.#serializer, envelope);
+    const tracked = this.#settles.track(this.#sends.send(body, headers, delayMs));
+    return this.#telemetry ? this.#telemetry.send(tracked) : tracked;
   }
 
   /**
