@@ -6,10 +6,13 @@
 //!
 //! Only the path of the common case: due messages, the connection up, no send of the queue on
 //! the runtime's path in flight (so neither path overtakes the other). Sends made while a
-//! batch is in flight wait and go together as the next batch (group commit). Anything else
-//! goes to the runtime's path, and so does every doubt: a batch whose connection failed is
-//! sent again there as the same batch (the wire makes repeats store nothing twice), a batch
-//! that got no reply within the send bound fails with the outcome unknown, never sent again.
+//! batch is in flight wait and go together as the next batch (group commit); a second batch
+//! is written before the first one's reply once enough have piled up, so the server stores
+//! one while JavaScript makes the next (the replies come back in order on the one
+//! connection). Anything else goes to the runtime's path, and so does every doubt: a batch
+//! whose connection failed is sent again there as the same batch (the wire makes repeats
+//! store nothing twice), a batch that got no reply within the send bound fails with the
+//! outcome unknown, never sent again.
 
 use crate::completions::Settled;
 use crate::engine::NewMessage;
@@ -67,9 +70,13 @@ fn enabled(value: Option<String>) -> bool {
 /// How long after a failed connection or attempt the direct path is tried again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 const READ_CHUNK: usize = 16 * 1024;
-/// How long sends keep to the runtime's path after some piled up behind a direct batch: a
-/// concurrent load stays there instead of going back and forth with every batch.
-const CONCURRENT_SPELL: Duration = Duration::from_millis(100);
+/// Batches written and not answered yet, at most. Two keep the server and JavaScript busy at
+/// once (one batch stored while the next is made); the JavaScript thread is the bound after
+/// that, so more would only make the batches smaller.
+const MAX_FLIGHTS: usize = 2;
+/// Sends piled up behind a batch in flight that are worth a batch of their own before its
+/// reply; fewer wait for the reply and go with the sends made meanwhile.
+const PIPELINE_AT: usize = 16;
 /// Larger sends go to the runtime's path: writing them is work the I/O thread can do while
 /// JavaScript goes on (a lone one of this size, or the batch gathered behind a reply).
 const DIRECT_BYTES: usize = 64 * 1024;
@@ -106,8 +113,6 @@ struct Inner {
     conn: Option<Conn>,
     connecting: Option<Connecting>,
     retry_at: Option<Instant>,
-    /// Until when sends keep to the runtime's path (see CONCURRENT_SPELL).
-    concurrent_until: Option<Instant>,
     waiting: Vec<(NewMessage, u32)>,
     closed: bool,
 }
@@ -149,7 +154,6 @@ impl DirectSends {
             conn: None,
             connecting: None,
             retry_at: None,
-            concurrent_until: None,
             waiting: Vec::new(),
             closed: false,
         }));
@@ -228,18 +232,12 @@ impl Inner {
             return Ok(Some(message));
         };
         let idle = conn.flights.is_empty();
-        if idle
-            && (self.elsewhere.load(Ordering::Acquire) > 0
-                || weight(&message) > DIRECT_BYTES
-                || self
-                    .concurrent_until
-                    .is_some_and(|until| Instant::now() < until))
-        {
+        if idle && (self.elsewhere.load(Ordering::Acquire) > 0 || weight(&message) > DIRECT_BYTES) {
             return Ok(Some(message));
         }
         self.queue.check_send(&message)?;
         self.waiting.push((message, seq));
-        if idle {
+        if idle || self.waiting.len() >= PIPELINE_AT {
             self.write_next();
         }
         Ok(None)
@@ -304,10 +302,10 @@ impl Inner {
         });
     }
 
-    /// Writes the waiting sends as the next batch (at most one batch in flight).
+    /// Writes the waiting sends as the next batch (at most `MAX_FLIGHTS` in flight).
     fn write_next(&mut self) {
         let Some(conn) = &mut self.conn else { return };
-        if !conn.flights.is_empty() || self.waiting.is_empty() {
+        if conn.flights.len() >= MAX_FLIGHTS || self.waiting.is_empty() {
             return;
         }
         let take = crate::queue::SEND_BOUND.take(&self.waiting);
@@ -319,8 +317,11 @@ impl Inner {
             resend,
             started: Instant::now(),
         });
-        if let Some(timer) = &self.timer {
-            timer.start(self.queue.send_bound().as_millis() as u64 + 1, on_timer);
+        // The timer watches the oldest batch; `time_out` moves it on to the next one.
+        if conn.flights.len() == 1 {
+            if let Some(timer) = &self.timer {
+                timer.start(self.queue.send_bound().as_millis() as u64 + 1, on_timer);
+            }
         }
         self.flush_unsent();
     }
@@ -403,30 +404,35 @@ impl Inner {
             // Bytes no batch asked for would be taken for the next batch's reply.
             ended |= !conn.received.is_empty();
         }
-        let mut not_run = Vec::new();
+        // A batch the server refused unrun is sent again on the runtime, and so is every batch
+        // written behind it, as the same batches and in order (one that was stored is stored
+        // once), so none of them overtakes it.
+        let mut again = Vec::new();
         for (flight, outcome) in settled {
             match outcome {
-                Outcome::NotRun => not_run.push(flight),
+                _ if !again.is_empty() => again.push(flight),
+                Outcome::NotRun => again.push(flight),
                 outcome => self.settle(flight, outcome),
             }
         }
-        if !not_run.is_empty() {
-            // Sent again on the runtime, the sends waiting behind them after them.
+        if !again.is_empty() {
+            if let Some(conn) = self.conn.as_mut().filter(|c| !c.flights.is_empty()) {
+                // Batches behind it still wait for replies on this connection: it is given
+                // up, and `fail` hands them all over in order.
+                for flight in again.into_iter().rev() {
+                    conn.flights.push_front(flight);
+                }
+                return self.fail();
+            }
             let waiting = std::mem::take(&mut self.waiting);
-            self.hand_over(not_run, waiting);
+            self.hand_over(again, waiting);
         }
         if ended {
             // Bytes the server sent for no batch, or the connection's end.
             self.fail();
         } else {
-            // Sends that piled up behind the reply are concurrent ones: the runtime's group
-            // commit serves them while JavaScript goes on; the direct path is for a send that
-            // finds nothing in flight.
-            let waiting = std::mem::take(&mut self.waiting);
-            if !waiting.is_empty() {
-                self.concurrent_until = Some(Instant::now() + CONCURRENT_SPELL);
-            }
-            self.hand_over(Vec::new(), waiting);
+            // The sends that piled up behind the reply go as the next batch.
+            self.write_next();
         }
     }
 
@@ -504,8 +510,7 @@ impl Inner {
     /// Sends `flights` again on the runtime, as the same batches; `waiting` (never written)
     /// joins the runtime's path, in order.
     fn hand_over(&mut self, flights: Vec<Flight>, waiting: Vec<(NewMessage, u32)>) {
-        // The resends' task first: on the runtime it then starts ahead of the waiting sends'
-        // statement (no order is promised for a batch in doubt).
+        // The resends first: the runtime's sends queued from now on wait for them (a hold).
         if !flights.is_empty() {
             self.resend(flights);
         }
@@ -520,6 +525,7 @@ impl Inner {
         let runs: Vec<(Vec<u32>, Resend)> =
             flights.into_iter().map(|f| (f.seqs, f.resend)).collect();
         self.elsewhere.fetch_add(1, Ordering::AcqRel);
+        let hold = self.queue.hold_sends();
         let (queue, report, elsewhere) = (
             self.queue.clone(),
             self.report.clone(),
@@ -550,6 +556,7 @@ impl Inner {
                     }
                 }
             }
+            drop(hold);
             elsewhere.fetch_sub(1, Ordering::AcqRel);
         });
     }

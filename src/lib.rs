@@ -24,6 +24,7 @@ pub mod prefetch;
 pub mod queue;
 pub mod redis;
 pub mod runtime;
+pub mod send_order;
 pub mod sql;
 pub mod stats;
 pub mod targets;

@@ -8,6 +8,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fence::Fence;
 use crate::outage::Outage;
 use crate::prefetch::{Prefetch, PREFETCH_HOLD};
+use crate::send_order::{Hold, SendOrder};
 use crate::stats::{Counters, Level, Snapshot};
 use crate::wake::WaitOutcome;
 use crate::write_behind::WriteBehind;
@@ -68,6 +69,8 @@ pub struct Queue {
     acks: Coalescer<String, ()>,
     acks_behind: WriteBehind,
     sends: Coalescer<NewMessage, String>,
+    /// Batches the direct path sends again go before the sends queued after them.
+    send_order: Arc<SendOrder>,
     counters: Arc<Counters>,
 }
 
@@ -133,6 +136,8 @@ impl Queue {
         let counters = Arc::new(Counters::default());
         engine.attach_counters(counters.clone());
         let send_counters = counters.clone();
+        let send_order = Arc::new(SendOrder::default());
+        let flush_order = send_order.clone();
         Self {
             acks: Coalescer::new(
                 BatchBound::items(MAX_WRITE_BATCH),
@@ -150,7 +155,9 @@ impl Queue {
                 let setup = send_setup.clone();
                 let wake = send_wake.clone();
                 let counters = send_counters.clone();
+                let order = flush_order.clone();
                 Box::pin(async move {
+                    order.cleared().await;
                     let ids = setup.around(engine.insert(messages)).await?;
                     wake.wake();
                     counters.sent(ids.len());
@@ -158,6 +165,7 @@ impl Queue {
                 }) as BoxFuture<'static, Result<Vec<String>>>
             }),
             acks_behind: WriteBehind::new(engine.clone(), fence.clone(), counters.clone()),
+            send_order,
             fence,
             engine,
             setup,
@@ -200,6 +208,11 @@ impl Queue {
 
     pub fn note_send_failed(&self, err: &Error) {
         self.counters.failed(err);
+    }
+
+    /// Holds back the sends queued from now on until the hold is dropped (see `send_order`).
+    pub fn hold_sends(&self) -> Hold {
+        self.send_order.hold()
     }
 
     pub fn send_bound(&self) -> Duration {

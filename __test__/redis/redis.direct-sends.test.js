@@ -71,6 +71,16 @@ async function warmUp(t, stream) {
   await t.setup();
 }
 
+/** A transport on a stream of its own whose sends already take the send connection. */
+async function warmTransport() {
+  const stream = engine.uniqueStream('direct');
+  const t = transport({ stream });
+  await warmUp(t, stream);
+  return { t, stream };
+}
+
+const keysOf = (prefix, count) => Array.from({ length: count }, (_, n) => `${prefix}-${n}`);
+
 describe('the send connection', () => {
   it('carries sequential sends after the first, stored in the order they were made', async () => {
     const stream = engine.uniqueStream('direct');
@@ -81,27 +91,62 @@ describe('the send connection', () => {
     const connections = await sendConnections();
     expect(connections).toHaveLength(1);
     expect(connections[0].cmd).toBe('evalsha');
-    expect(await storedKeys(stream)).toEqual(['first', ...Array.from({ length: 50 }, (_, n) => `m-${n}`)]);
+    expect(await storedKeys(stream)).toEqual(['first', ...keysOf('m', 50)]);
     expect(new Set(ids).size).toBe(50);
   });
 
   it('concurrent sends share batches and keep their order', async () => {
-    const stream = engine.uniqueStream('direct');
-    const t = transport({ stream });
-    await warmUp(t, stream);
-    const keys = Array.from({ length: 300 }, (_, n) => `c-${n}`);
+    const { t, stream } = await warmTransport();
+    const keys = keysOf('c', 300);
     const sent = await Promise.all(keys.map((key) => t.send(envelopeOf(key))));
     expect(new Set(sent.map(idOf)).size).toBe(300);
     expect(await storedKeys(stream)).toEqual(keys);
   });
 
+  it('concurrent sends: a second batch is written before the first one is answered', async () => {
+    const { t, stream } = await warmTransport();
+    // Paused, the server holds the first batch unrun; what was written behind it waits unread
+    // in the connection's query buffer.
+    await withServer((redis) => redis.client('PAUSE', 1500, 'WRITE'));
+    const keys = keysOf('p', 40);
+    const sends = keys.map((key) => t.send(envelopeOf(key)));
+    await sleep(100);
+    const [connection] = await sendConnections();
+    const list = await withServer((redis) => redis.client('LIST', 'ID', connection.id));
+    expect(Number(/\bqbuf=(\d+)/.exec(list)[1])).toBeGreaterThan(0);
+    await withServer((redis) => redis.client('UNPAUSE'));
+    const sent = await Promise.all(sends);
+    expect(new Set(sent.map(idOf)).size).toBe(40);
+    expect(await storedKeys(stream)).toEqual(keys);
+  });
+
+  it('lost with two batches in flight: every send resolves, stored once, in order', async () => {
+    const { t, stream } = await warmTransport();
+    const [connection] = await sendConnections();
+    await withServer((redis) => redis.client('PAUSE', 1500, 'WRITE'));
+    const keys = keysOf('l', 40);
+    const sends = keys.map((key) => t.send(envelopeOf(key)));
+    await sleep(100);
+    await withServer((redis) => redis.client('KILL', 'ID', connection.id));
+    const outcomes = await Promise.all(sends.map((send) => settleWithin(send, 10000)));
+    expect(outcomes.filter((o) => o.error !== undefined || o.timeout !== undefined)).toEqual([]);
+    expect(await storedKeys(stream)).toEqual(keys);
+  });
+
+  it('the script gone from the server: batches written behind the refused one are stored after it, once', async () => {
+    const { t, stream } = await warmTransport();
+    await withServer((redis) => redis.script('FLUSH'));
+    const keys = keysOf('f', 40);
+    const sent = await Promise.all(keys.map((key) => t.send(envelopeOf(key))));
+    expect(new Set(sent.map(idOf)).size).toBe(40);
+    expect(await storedKeys(stream)).toEqual(keys);
+  });
+
   it('dropped by the server while idle: the next sends are stored once each, in order, and it comes back', async () => {
-    const stream = engine.uniqueStream('direct');
-    const t = transport({ stream });
-    await warmUp(t, stream);
+    const { t, stream } = await warmTransport();
     const [before] = await sendConnections();
     await withServer((redis) => redis.client('KILL', 'ID', before.id));
-    const keys = Array.from({ length: 20 }, (_, n) => `k-${n}`);
+    const keys = keysOf('k', 20);
     for (const key of keys) await t.send(envelopeOf(key));
     expect(await storedKeys(stream)).toEqual(keys);
     // Tried again a second after the failure.
@@ -114,9 +159,7 @@ describe('the send connection', () => {
   });
 
   it('lost with a batch in flight: the send resolves and the message is stored once', async () => {
-    const stream = engine.uniqueStream('direct');
-    const t = transport({ stream });
-    await warmUp(t, stream);
+    const { t, stream } = await warmTransport();
     const [connection] = await sendConnections();
     // Paused, the server holds the script unrun; the kill then discards it with the connection.
     await withServer((redis) => redis.client('PAUSE', 1500, 'WRITE'));
@@ -153,9 +196,7 @@ describe('the send connection', () => {
   });
 
   it('close() with a batch in flight: the send still settles, stored once', async () => {
-    const stream = engine.uniqueStream('direct');
-    const t = transport({ stream });
-    await warmUp(t, stream);
+    const { t, stream } = await warmTransport();
     await withServer((redis) => redis.client('PAUSE', 500, 'WRITE'));
     const send = t.send(envelopeOf('closing'));
     await sleep(50);
