@@ -25,9 +25,9 @@ impl SendOrder {
         Hold(self.clone())
     }
 
-    /// Resolves once no hold is left (at once in the common case: no await).
+    /// Resolves once no hold is left (one atomic load in the common case: no await, no lock).
     pub async fn cleared(&self) {
-        loop {
+        while self.holds.load(Ordering::Acquire) > 0 {
             let released = self.released.notified();
             tokio::pin!(released);
             // Registered before the check, so a release between the two is not missed.
