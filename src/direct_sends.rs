@@ -23,6 +23,7 @@ use futures_util::future::BoxFuture;
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::io::{ErrorKind, Read, Write};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -50,8 +51,15 @@ pub trait DirectWire: Send + Sync + 'static {
 }
 
 /// Where settled sends are reported, from any thread: the queue's threadsafe callback, which
-/// queues the call, so reporting never runs JavaScript inside the state's own callbacks.
+/// queues the call. Used for settles made during a napi call (JavaScript is waiting on that
+/// call, and on `sendQueued` it has not registered the send's promise yet) and from the
+/// runtime.
 pub type Report = Arc<dyn Fn(Vec<Settled<String>>) + Send + Sync>;
+
+/// Reports settles from the loop's own callbacks straight into JavaScript (see
+/// `loop_callback`), with none of the state borrowed; hands the batch back if JavaScript
+/// could not be called, for `Report` to take.
+pub type LoopReport = Rc<dyn Fn(Vec<Settled<String>>) -> Option<Vec<Settled<String>>>>;
 
 /// Queues a send on the runtime's path, in call order with every other send there.
 pub type ToRuntime = Arc<dyn Fn(u32, NewMessage) -> Result<()> + Send + Sync>;
@@ -105,6 +113,9 @@ struct Inner {
     wire: Arc<dyn DirectWire>,
     queue: Arc<Queue>,
     report: Report,
+    report_here: Option<LoopReport>,
+    /// Settles made since the last report: reported once the state is no longer borrowed.
+    ready: Vec<Settled<String>>,
     to_runtime: ToRuntime,
     /// Sends of this queue on the runtime's path not settled yet.
     elsewhere: Arc<AtomicUsize>,
@@ -118,8 +129,9 @@ struct Inner {
 }
 
 /// One queue's direct path. Lives on the JavaScript thread: every method is called there,
-/// and so are the loop's callbacks, which never call into JavaScript (settles are queued
-/// through `report`); so at most one borrow of the state is ever alive.
+/// and so are the loop's callbacks. Settles are gathered while the state is borrowed and
+/// reported after the borrow ends (the loop's callbacks call JavaScript, which may send or
+/// close, re-entering the state), so at most one borrow of it is ever alive.
 pub struct DirectSends {
     inner: *mut Inner,
 }
@@ -135,6 +147,7 @@ impl DirectSends {
         env: &napi::Env,
         queue: Arc<Queue>,
         report: Report,
+        report_here: Option<LoopReport>,
         to_runtime: ToRuntime,
         elsewhere: Arc<AtomicUsize>,
     ) -> Option<Self> {
@@ -147,6 +160,8 @@ impl DirectSends {
             wire,
             queue,
             report,
+            report_here,
+            ready: Vec::new(),
             to_runtime,
             elsewhere,
             event_loop: env_loop,
@@ -173,7 +188,10 @@ impl DirectSends {
     /// Takes send `seq` if the direct path can serve it now (the message is handed back
     /// otherwise); an error for a send `Queue::send` would refuse at once.
     pub fn try_send(&self, seq: u32, message: NewMessage) -> Result<Option<NewMessage>> {
-        self.inner().try_send(seq, message)
+        let inner = self.inner();
+        let taken = inner.try_send(seq, message);
+        inner.report_queued();
+        taken
     }
 
     /// No more direct sends: batches in flight are handed to the runtime (as the same batch),
@@ -182,6 +200,7 @@ impl DirectSends {
         let inner = self.inner();
         inner.closed = true;
         inner.fail();
+        inner.report_queued();
     }
 }
 
@@ -203,25 +222,74 @@ unsafe extern "C" fn on_poll(
     events: std::ffi::c_int,
 ) {
     // SAFETY: the handle's data is the Inner that owns it, alive while the handle is open;
-    // on its JavaScript thread, outside any napi call (see DirectSends).
-    let inner = unsafe { &mut *(uv::data_of(handle) as *mut Inner) };
-    if status < 0 {
-        return inner.fail();
-    }
-    if events & uv::WRITABLE != 0 {
-        inner.flush_unsent();
-    }
-    if events & uv::READABLE != 0 {
-        inner.read_replies();
-    }
+    // on its JavaScript thread, outside any napi call (see DirectSends). The borrow ends
+    // before JavaScript is called.
+    let ready = {
+        let inner = unsafe { &mut *(uv::data_of(handle) as *mut Inner) };
+        if status < 0 {
+            inner.fail();
+        } else {
+            if events & uv::WRITABLE != 0 {
+                inner.flush_unsent();
+            }
+            if events & uv::READABLE != 0 {
+                inner.read_replies();
+            }
+        }
+        inner.take_ready()
+    };
+    deliver(ready);
 }
 
 unsafe extern "C" fn on_timer(handle: *mut c_void) {
     // SAFETY: as in on_poll.
-    unsafe { &mut *(uv::data_of(handle) as *mut Inner) }.time_out();
+    let ready = {
+        let inner = unsafe { &mut *(uv::data_of(handle) as *mut Inner) };
+        inner.time_out();
+        inner.take_ready()
+    };
+    deliver(ready);
+}
+
+/// Settles taken from the state, with where they go.
+type Ready = Option<(Vec<Settled<String>>, Report, Option<LoopReport>)>;
+
+/// Reports settles from a loop callback: into JavaScript at once, else through `Report`.
+/// The state may be gone once JavaScript has run: nothing here touches it.
+fn deliver(ready: Ready) {
+    let Some((batch, report, here)) = ready else {
+        return;
+    };
+    let batch = match here {
+        Some(here) => here(batch),
+        None => Some(batch),
+    };
+    if let Some(batch) = batch {
+        report(batch);
+    }
 }
 
 impl Inner {
+    /// The settles made since the last report, and where they go.
+    fn take_ready(&mut self) -> Ready {
+        if self.ready.is_empty() {
+            return None;
+        }
+        Some((
+            std::mem::take(&mut self.ready),
+            self.report.clone(),
+            self.report_here.clone(),
+        ))
+    }
+
+    /// Reports the settles made during a napi call through the threadsafe callback: the
+    /// JavaScript that made the call may not be ready for them yet.
+    fn report_queued(&mut self) {
+        if !self.ready.is_empty() {
+            (self.report)(std::mem::take(&mut self.ready));
+        }
+    }
+
     fn try_send(&mut self, seq: u32, message: NewMessage) -> Result<Option<NewMessage>> {
         if self.closed || message.delay_ms > 0.0 {
             return Ok(Some(message));
@@ -441,24 +509,14 @@ impl Inner {
         match outcome {
             Outcome::Stored(ids) => {
                 self.queue.note_sent(ids.len());
-                (self.report)(
-                    flight
-                        .seqs
-                        .into_iter()
-                        .zip(ids.into_iter().map(Ok))
-                        .collect(),
-                );
+                self.ready
+                    .extend(flight.seqs.into_iter().zip(ids.into_iter().map(Ok)));
             }
             Outcome::NotRun => self.hand_over(vec![flight], Vec::new()),
             Outcome::Failed(err) => {
                 self.queue.note_send_failed(&err);
-                (self.report)(
-                    flight
-                        .seqs
-                        .into_iter()
-                        .map(|s| (s, Err(err.clone())))
-                        .collect(),
-                );
+                self.ready
+                    .extend(flight.seqs.into_iter().map(|s| (s, Err(err.clone()))));
             }
         }
     }
@@ -516,7 +574,7 @@ impl Inner {
         }
         for (message, seq) in waiting {
             if let Err(err) = (self.to_runtime)(seq, message) {
-                (self.report)(vec![(seq, Err(err))]);
+                self.ready.push((seq, Err(err)));
             }
         }
     }

@@ -19,6 +19,7 @@ pub mod fence;
 pub mod ident;
 pub mod js_message;
 pub mod js_text;
+pub mod loop_callback;
 pub mod outage;
 pub mod prefetch;
 pub mod queue;
@@ -43,6 +44,7 @@ mod exports {
     use js_message::JsMessage;
     use js_text::JsText;
     use napi::bindgen_prelude::within_runtime_if_available;
+    use napi::bindgen_prelude::JsValue;
     use napi::Env;
     use queue::Queue;
     use sql::QueueConfig;
@@ -406,14 +408,36 @@ mod exports {
                 to_runtime: to_runtime.clone(),
                 tsfn,
             });
-            // A host without libuv (or an engine without the path) just has no direct path.
-            // Its settles go through the threadsafe callback too: calling JavaScript from the
-            // loop callback (napi_make_callback with an async context of ours) was tried and
-            // coincided with two rare failures in other tests (see the README).
+            // The direct path's settles reach JavaScript from its loop callbacks with no
+            // threadsafe-function hop; a host without libuv (or an engine without the path)
+            // just has no direct path.
+            // SAFETY: inside this napi call, on its thread; `callback` is a function.
+            let here = unsafe { loop_callback::LoopCallback::new(env.raw(), callback.raw()) };
+            let report_here = here.map(|here| -> direct_sends::LoopReport {
+                std::rc::Rc::new(move |batch| {
+                    let mut batch = Some(batch);
+                    // SAFETY: the direct path calls this only from its loop callbacks.
+                    let called = unsafe {
+                        here.call(|env| {
+                            let settled = settled_sends(batch.take().unwrap_or_default());
+                            // On the env's thread, inside the scope `call` opened.
+                            <SettledSends as napi::bindgen_prelude::ToNapiValue>::to_napi_value(
+                                env, settled,
+                            )
+                        })
+                    };
+                    if called {
+                        None
+                    } else {
+                        batch
+                    }
+                })
+            });
             *self.direct.lock().unwrap_or_else(|p| p.into_inner()) = direct_sends::DirectSends::new(
                 env,
                 self.queue.clone(),
                 report,
+                report_here,
                 to_runtime,
                 self.elsewhere.clone(),
             );

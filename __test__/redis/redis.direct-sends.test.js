@@ -7,6 +7,7 @@
 // connection lost with a batch in flight loses nothing and stores nothing twice; a batch with
 // no reply within the send bound fails saying it may have been stored and is not sent again.
 
+const asyncHooks = require('node:async_hooks');
 const { TransportConnectionError } = require('@schally/nestjs-messenger');
 const { RedisStreamsTransport } = require('../..');
 const { redis: engine } = require('../support/engines');
@@ -93,6 +94,55 @@ describe('the send connection', () => {
     expect(connections[0].cmd).toBe('evalsha');
     expect(await storedKeys(stream)).toEqual(['first', ...keysOf('m', 50)]);
     expect(new Set(ids).size).toBe(50);
+  });
+
+  it('a reply resolves its send from the poll callback itself, not through a queued callback', async () => {
+    // The direct call runs under an async resource of its own (napi_async_init); the
+    // threadsafe callback's calls run under another. Seen by async_hooks: the sends resolved
+    // in callbacks of that resource, one per reply.
+    const { t } = await warmTransport();
+    const ours = new Set();
+    let callbacks = 0;
+    const hook = asyncHooks
+      .createHook({
+        init(id, type) {
+          if (type === SEND_CONNECTION) ours.add(id);
+        },
+        before(id) {
+          if (ours.has(id)) callbacks += 1;
+        },
+      })
+      .enable();
+    try {
+      // The resource is made with the send connection's path: a transport made under the hook.
+      const stream = engine.uniqueStream('direct');
+      const fresh = transport({ stream });
+      await warmUp(fresh, stream);
+      // The first send after warmUp's setup() may still take the runtime's path.
+      await fresh.send(envelopeOf('primer'));
+      const before = callbacks;
+      for (let n = 0; n < 20; n += 1) await fresh.send(envelopeOf(`h-${n}`));
+      expect(ours.size).toBe(1);
+      expect(callbacks - before).toBe(20);
+    } finally {
+      hook.disable();
+    }
+    await t.send(envelopeOf('still-fine'));
+  });
+
+  it('a send resolved from the poll callback can close the transport, and the next one send again', async () => {
+    // JavaScript runs inside the loop callback: closing there frees the direct path's state
+    // under it, and a send made there re-enters it; neither may touch freed state.
+    const { t, stream } = await warmTransport();
+    await t.send(envelopeOf('before-close'));
+    await t.close();
+    await expect(t.send(envelopeOf('after-close'))).rejects.toThrow(/closing or closed/);
+    expect(await storedKeys(stream)).toEqual(['before-close']);
+    const { t: again, stream: second } = await warmTransport();
+    const ids = [];
+    for (let n = 0; n < 10; n += 1) ids.push(idOf(await again.send(envelopeOf(`r-${n}`))));
+    expect(await storedKeys(second)).toEqual(keysOf('r', 10));
+    expect(new Set(ids).size).toBe(10);
   });
 
   it('concurrent sends share batches and keep their order', async () => {
