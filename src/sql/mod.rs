@@ -62,7 +62,8 @@ mod tests {
             assert!(list.contains("ORDER BY t.available_at, t.id"), "{list}");
         }
         // The claim index's own order, so that no claim sorts the queue.
-        for claim in [&pg_own.claim, &my_own.claim_select, &lite_own.claim] {
+        let my_claim = my_own.begin_claim("q", 1.0, 10);
+        for claim in [&pg_own.claim, &my_claim, &lite_own.claim] {
             assert!(
                 claim
                     .replace("t.", "")

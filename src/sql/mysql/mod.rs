@@ -29,6 +29,7 @@ use crate::wake::WakeBoard;
 use futures_util::future::BoxFuture;
 use sqlx::error::DatabaseError;
 use sqlx::mysql::MySqlConnectOptions;
+use sqlx::pool::PoolConnection;
 use sqlx::{ConnectOptions, Row};
 use statements::MySqlStatements;
 use std::str::FromStr;
@@ -167,7 +168,11 @@ impl SqlDialect for MySql {
         })
     }
 
-    /// One claim transaction: lock a batch with SKIP LOCKED, mark it delivered, commit.
+    /// One claim transaction in two round trips: `BEGIN` with the SELECT locking a batch
+    /// with SKIP LOCKED, then the UPDATE marking it delivered with the `COMMIT` (as text: a
+    /// prepared UPDATE, whose text differs per claim, would be a PREPARE, an EXECUTE and a
+    /// CLOSE). Not through sqlx's transaction, whose drop after our COMMIT queues a ROLLBACK
+    /// that costs the connection's next use a round trip.
     fn claim<'a>(
         queue: &'a TableQueue<Self>,
         limit: u32,
@@ -176,44 +181,38 @@ impl SqlDialect for MySql {
         Box::pin(async move {
             let kept = &queue.target.claim_connection;
             let mut conn = kept.take(&queue.target.pool).await?;
-            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-            let rows = sqlx::query(&queue.sql.claim_select)
-                .bind(&queue.config.queue)
-                .bind(queue.config.redeliver_timeout_seconds)
-                .bind(i64::from(limit))
-                .fetch_all(&mut *tx)
-                .await?;
+            let mut tx = InTransaction::new(&mut conn);
+            let begin = queue.sql.begin_claim(
+                &queue.config.queue,
+                queue.config.redeliver_timeout_seconds,
+                limit,
+            );
+            let rows = sqlx::Executor::fetch_all(&mut **tx.conn, begin.as_str()).await?;
             let claimed = rows
                 .iter()
                 .map(sqlx::MySql::claimed_of)
                 .collect::<SqlResult<Vec<_>>>()?;
-            if let Some(token) = claimed.first().and_then(|m| m.token) {
-                let ids: Vec<i64> = claimed.iter().filter_map(|m| m.id.parse().ok()).collect();
-                // Known before the COMMIT whose reply may be lost: what to release then.
-                attempt.hold(
-                    ids.iter()
-                        .map(|&id| HeldRow {
-                            id,
-                            token: Some(token),
-                        })
-                        .collect(),
-                );
-                // The UPDATE and the COMMIT go as one text round trip: a prepared UPDATE
-                // (its text differs per claim) is a PREPARE, an EXECUTE and a CLOSE, so two
-                // round trips before the COMMIT's. If the UPDATE fails the server runs
-                // nothing after it, and dropping `tx` rolls back; after the COMMIT, the
-                // ROLLBACK sqlx queues on drop is a no-op sent ahead of the connection's next
-                // command (on a kept connection, ahead of the next claim's BEGIN).
-                let sql = format!("{}; COMMIT", queue.sql.mark_delivered(token, &ids));
-                sqlx::Executor::execute(&mut *tx, sql.as_str()).await?;
-                drop(tx);
-                // A full claim is followed by another soon (the read-ahead).
-                if claimed.len() >= limit as usize {
-                    kept.keep(conn);
+            let end = match claimed.first().and_then(|m| m.token) {
+                Some(token) => {
+                    let ids: Vec<i64> = claimed.iter().filter_map(|m| m.id.parse().ok()).collect();
+                    // Known before the COMMIT whose reply may be lost: what to release then.
+                    attempt.hold(
+                        ids.iter()
+                            .map(|&id| HeldRow {
+                                id,
+                                token: Some(token),
+                            })
+                            .collect(),
+                    );
+                    format!("{}; COMMIT", queue.sql.mark_delivered(token, &ids))
                 }
-                return Ok(claimed);
-            }
-            tx.commit().await?;
+                None => "COMMIT".to_owned(),
+            };
+            sqlx::Executor::execute(&mut **tx.conn, end.as_str()).await?;
+            tx.ended = true;
+            drop(tx);
+            // The consumer's next claim (the read-ahead, or the look before it waits) follows.
+            kept.keep(conn);
             Ok(claimed)
         })
     }
@@ -291,5 +290,28 @@ impl SqlDialect for MySql {
                 })
                 .collect()
         })
+    }
+}
+
+/// A pooled connection inside a transaction begun as text. Dropped before the transaction
+/// ended (an error, or the claim abandoned mid-way) the connection is closed rather than
+/// pooled: the server rolls the transaction back, and no later statement runs inside it (a
+/// send made there would never commit).
+struct InTransaction<'c> {
+    conn: &'c mut PoolConnection<sqlx::MySql>,
+    ended: bool,
+}
+
+impl<'c> InTransaction<'c> {
+    fn new(conn: &'c mut PoolConnection<sqlx::MySql>) -> Self {
+        Self { conn, ended: false }
+    }
+}
+
+impl Drop for InTransaction<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.conn.close_on_drop();
+        }
     }
 }

@@ -18,9 +18,12 @@ pub fn delivered_at_of(token: i64) -> String {
 /// MySQL's own statements (the shared-shape ones are in [`TableStatements`]).
 pub struct MySqlStatements {
     pub create_table: String,
-    /// `(queue, lease seconds, limit)` → `(id, body, headers, token)`, locking the due rows
-    /// it returns; `token` is the claim's, taken from the server clock.
-    pub claim_select: String,
+    /// The claim's SELECT up to the queue's name (see [`MySqlStatements::begin_claim`]).
+    claim_head: String,
+    /// … and from the name to the lease.
+    claim_lease: String,
+    /// … and from the lease to the limit.
+    claim_order: String,
     /// `UPDATE … SET delivered_at = `: then the token's value, `WHERE id IN `, ids (see
     /// [`MySqlStatements::mark_delivered`]).
     pub mark_delivered_head: String,
@@ -40,6 +43,21 @@ pub struct MySqlStatements {
 }
 
 impl MySqlStatements {
+    /// `BEGIN` and the SELECT locking up to `limit` due rows of `queue` (lease
+    /// `lease_seconds`) → `(id, body, headers, token)`, `token` the claim's, from the server
+    /// clock. As text with its values inlined, so that the `BEGIN` travels with it: the binary
+    /// protocol takes one statement a round trip, and a claim is then two (this, and the
+    /// UPDATE with the COMMIT) rather than three.
+    pub fn begin_claim(&self, queue: &str, lease_seconds: f64, limit: u32) -> String {
+        format!(
+            "BEGIN; {}{}{}{lease_seconds}{}{limit} FOR UPDATE SKIP LOCKED",
+            self.claim_head,
+            utf8mb4_literal(queue),
+            self.claim_lease,
+            self.claim_order
+        )
+    }
+
     /// Marks claimed rows `ids` delivered by the claim of `token`.
     pub fn mark_delivered(&self, token: i64, ids: &[i64]) -> String {
         format!(
@@ -74,9 +92,26 @@ impl MySqlStatements {
     }
 }
 
+/// `text` as a utf8mb4 string literal in hexadecimal, which reads the same whatever the
+/// session's `sql_mode` (a backslash escapes in a quoted literal unless NO_BACKSLASH_ESCAPES).
+/// Like a bound string it is coercible: compared with a column, the column's collation wins
+/// and the claim index serves.
+fn utf8mb4_literal(text: &str) -> String {
+    use std::fmt::Write;
+    let mut literal = String::with_capacity(12 + 2 * text.len());
+    literal.push_str("_utf8mb4 X'");
+    for byte in text.bytes() {
+        let _ = write!(literal, "{byte:02X}");
+    }
+    literal.push('\'');
+    literal
+}
+
 pub fn statements(t: &str) -> (TableStatements, MySqlStatements) {
     let claimable = "queue_name = ? AND available_at <= NOW(3) \
          AND (delivered_at IS NULL OR delivered_at < NOW(3) - INTERVAL ? SECOND)";
+    // The claim inlines the two values (see `begin_claim`).
+    let claimable_parts: Vec<&str> = claimable.split('?').collect();
     let create_table = format!(
         "CREATE TABLE IF NOT EXISTS {t} (\n  id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,\n  body LONGTEXT NOT NULL,\n  headers LONGTEXT NOT NULL,\n  queue_name VARCHAR(190) NOT NULL,\n  created_at DATETIME(3) NOT NULL,\n  available_at DATETIME(3) NOT NULL,\n  delivered_at DATETIME(3) NULL,\n  INDEX {t}_claim_idx (queue_name, available_at, delivered_at, id)\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci"
     );
@@ -108,9 +143,14 @@ pub fn statements(t: &str) -> (TableStatements, MySqlStatements) {
     };
     let own = MySqlStatements {
         create_table,
-        claim_select: format!(
-            "SELECT CAST(id AS CHAR) AS id, body, headers, {NOW_TOKEN} AS token FROM {t} WHERE {claimable} \
-             ORDER BY {t}.available_at, {t}.delivered_at, {t}.id LIMIT ? FOR UPDATE SKIP LOCKED"
+        claim_head: format!(
+            "SELECT CAST(id AS CHAR) AS id, body, headers, {NOW_TOKEN} AS token FROM {t} WHERE {}",
+            claimable_parts[0]
+        ),
+        claim_lease: claimable_parts[1].to_owned(),
+        claim_order: format!(
+            "{} ORDER BY {t}.available_at, {t}.delivered_at, {t}.id LIMIT ",
+            claimable_parts[2]
         ),
         mark_delivered_head: format!("UPDATE {t} SET delivered_at = "),
         now_token: format!("SELECT {NOW_TOKEN} AS token"),
@@ -148,7 +188,31 @@ mod tests {
         assert!(sql
             .create_table
             .ends_with(") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci"));
-        assert!(sql.claim_select.contains("FOR UPDATE SKIP LOCKED"));
+    }
+
+    #[test]
+    fn a_claim_begins_its_transaction_and_locks_what_the_shared_condition_selects() {
+        let (shared, sql) = statements("t");
+        let claim = sql.begin_claim("it's", 3600.5, 100);
+        assert!(claim.starts_with("BEGIN; SELECT "), "{claim}");
+        assert!(
+            claim.ends_with(" LIMIT 100 FOR UPDATE SKIP LOCKED"),
+            "{claim}"
+        );
+        // The claimable condition every other statement binds, with the values in place.
+        let bound = shared
+            .count
+            .replacen('?', "_utf8mb4 X'69742773'", 1)
+            .replacen('?', "3600.5", 1);
+        let condition = bound.split(" WHERE ").nth(1).unwrap_or_default();
+        assert!(claim.contains(condition), "{claim}\n{condition}");
+    }
+
+    #[test]
+    fn names_become_hexadecimal_literals_with_nothing_to_escape() {
+        assert_eq!(utf8mb4_literal("default"), "_utf8mb4 X'64656661756C74'");
+        assert_eq!(utf8mb4_literal("a'\\"), "_utf8mb4 X'61275C'");
+        assert_eq!(utf8mb4_literal("é"), "_utf8mb4 X'C3A9'");
     }
 
     #[test]
