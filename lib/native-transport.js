@@ -148,9 +148,20 @@ class NativeTransport {
 
   /** @param {import('@schally/nestjs-messenger').Envelope} envelope */
   async reject(envelope) {
+    const redelivered = this.#startRedelivery(envelope);
+    if (redelivered !== undefined) await redelivered;
+  }
+
+  /**
+   * Encodes the copy and starts its redelivery synchronously; `undefined` when this instance
+   * has no delivery of `envelope` in flight (at most once per delivery). Not part of `reject`,
+   * as `#queueSend` is not of `send`: the copy would stay in the heap while it is written.
+   * @param {import('@schally/nestjs-messenger').Envelope} envelope
+   * @returns {Promise<unknown> | undefined}
+   */
+  #startRedelivery(envelope) {
     const id = messageIdOf(envelope);
-    // At most once per delivery, and never for an envelope this instance did not deliver.
-    if (!this.#settles.isInFlight(id)) return;
+    if (!this.#settles.isInFlight(id)) return undefined;
     let copy;
     try {
       const previous = envelope.last(RedeliveryStamp)?.retryCount ?? 0;
@@ -169,7 +180,7 @@ class NativeTransport {
       native(this.#queue.redeliver(id, copy.body, copy.headers, copy.delayMs)),
     );
     this.#settles.settle(id);
-    await redelivered;
+    return redelivered;
   }
 
   /** @param {number} [limit] */
