@@ -480,7 +480,8 @@ impl Inner {
             match outcome {
                 _ if !again.is_empty() => again.push(flight),
                 Outcome::NotRun => again.push(flight),
-                outcome => self.settle(flight, outcome),
+                Outcome::Stored(ids) => self.settle(flight, Ok(ids)),
+                Outcome::Failed(err) => self.settle(flight, Err(err)),
             }
         }
         if !again.is_empty() {
@@ -504,16 +505,15 @@ impl Inner {
         }
     }
 
-    /// Reports a batch's outcome.
-    fn settle(&mut self, flight: Flight, outcome: Outcome) {
-        match outcome {
-            Outcome::Stored(ids) => {
+    /// Reports a batch's result (one refused unrun is handed over instead, see `read_replies`).
+    fn settle(&mut self, flight: Flight, result: Result<Vec<String>>) {
+        match result {
+            Ok(ids) => {
                 self.queue.note_sent(ids.len());
                 self.ready
                     .extend(flight.seqs.into_iter().zip(ids.into_iter().map(Ok)));
             }
-            Outcome::NotRun => self.hand_over(vec![flight], Vec::new()),
-            Outcome::Failed(err) => {
+            Err(err) => {
                 self.queue.note_send_failed(&err);
                 self.ready
                     .extend(flight.seqs.into_iter().map(|s| (s, Err(err.clone()))));
@@ -540,7 +540,7 @@ impl Inner {
         let err = self.queue.unanswered_send();
         let flights: Vec<Flight> = conn.flights.drain(..).collect();
         for flight in flights {
-            self.settle(flight, Outcome::Failed(err.clone()));
+            self.settle(flight, Err(err.clone()));
         }
         self.fail();
     }

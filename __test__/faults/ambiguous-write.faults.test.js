@@ -63,7 +63,6 @@ function expectClaimedAgain(engine, { replied, errors, slowest, delivered }) {
 
 describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost', (engine) => {
   const f = serverBehindProxy(engine, { connectTimeoutMs: 2000, leaseMs: LEASE_MS });
-  const open = (options) => f.open(options);
 
   /**
    * A fresh queue with its storage set up, a producer on the server, and a consumer through the
@@ -71,15 +70,15 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
    */
   async function openClaimTest() {
     const queue = uniqueQueue(engine, 'ambiguous');
-    const producer = open({ dsn: f.server.dsn, queue });
-    const consumer = open({ dsn: f.viaProxy(), queue, leaseMs: CLAIM_LEASE_MS });
+    const producer = f.open({ dsn: f.server.dsn, queue });
+    const consumer = f.open({ dsn: f.viaProxy(), queue, leaseMs: CLAIM_LEASE_MS });
     await producer.setup();
     return { queue, producer, consumer };
   }
 
   it('send(): one stored row and a resolved send, or a rejection that says it may have been stored; never two rows', async () => {
     const queue = uniqueQueue(engine, 'ambiguous');
-    const t = open({ dsn: f.viaProxy(), queue });
+    const t = f.open({ dsn: f.viaProxy(), queue });
     await t.setup();
     await t.send(faultEnvelope('s:0', 0)); // prepares the statement the cut send reuses
 
