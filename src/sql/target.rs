@@ -49,7 +49,8 @@ pub struct SqlTarget<D: SqlDialect> {
     connection_failed_at: Mutex<Option<Instant>>,
     /// The tokens of this process's recent claims, spared by lost-claim releases.
     pub recent_claims: RecentClaims,
-    /// The connection of the last full claim, for the next one.
+    /// The connection of the last claim, for the next one (PostgreSQL keeps it after a full
+    /// claim, MySQL after every claim: see each dialect's `claim`).
     pub claim_connection: KeptConnection<D::Db>,
     /// The connection of the last ack delete, for the next one.
     pub ack_connection: KeptConnection<D::Db>,

@@ -12,7 +12,9 @@
 //                outcome never reaches the client (an ambiguous write).
 //   holdBack(p, ms)  hold the next client→server chunk that matches `p`, and what follows it
 //                on its connection, for `ms` before forwarding it (a slow path for one
-//                connection, while the others are not slowed).
+//                connection, while the others are not slowed),
+//   count(p)     count the client→server chunks that match `p` from now on (what the client
+//                sent, isolated from the server's other clients).
 //
 // A blackhole is made by not reading (sockets paused): the kernel buffers fill and TCP flow
 // control stops the writer, as on a silent network. Keepalive probes are answered by the
@@ -75,6 +77,8 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
   const traps = [];
   /** Armed holdBack delays, first armed first served. */
   const holds = [];
+  /** Chunk counters, see count(). */
+  const counters = [];
 
   function dropLink(link) {
     if (!links.delete(link)) return;
@@ -85,6 +89,7 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
   function onClientData(link, chunk) {
     link.lastDataAt = Date.now();
     link.bytesUp += chunk.length;
+    for (const counter of counters) if (counter.matches(chunk)) counter.seen += 1;
     if (link.doomed) return;
     if (link.held !== undefined) {
       link.held.push(chunk);
@@ -246,6 +251,21 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
       return new Promise((resolve) => {
         holds.push({ matches: matcherOf(pattern), ms, resolve });
       });
+    },
+    /**
+     * Counts the client→server chunks matching `pattern` (a string, a Buffer or a predicate
+     * over the chunk) from now on, over every connection; `seen` is the count so far.
+     * @param {string | Buffer | ((chunk: Buffer) => boolean)} pattern
+     * @returns {{ readonly seen: number }}
+     */
+    count(pattern) {
+      const counter = { matches: matcherOf(pattern), seen: 0 };
+      counters.push(counter);
+      return {
+        get seen() {
+          return counter.seen;
+        },
+      };
     },
     /** Stops listening and resets every connection. */
     close() {

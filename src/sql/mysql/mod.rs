@@ -182,38 +182,19 @@ impl SqlDialect for MySql {
             let kept = &queue.target.claim_connection;
             let mut conn = kept.take(&queue.target.pool).await?;
             let mut tx = InTransaction::new(&mut conn);
-            let begin = queue.sql.begin_claim(
-                &queue.config.queue,
-                queue.config.redeliver_timeout_seconds,
-                limit,
-            );
-            let rows = sqlx::Executor::fetch_all(&mut **tx.conn, begin.as_str()).await?;
-            let claimed = rows
-                .iter()
-                .map(sqlx::MySql::claimed_of)
-                .collect::<SqlResult<Vec<_>>>()?;
-            let end = match claimed.first().and_then(|m| m.token) {
-                Some(token) => {
-                    let ids: Vec<i64> = claimed.iter().filter_map(|m| m.id.parse().ok()).collect();
-                    // Known before the COMMIT whose reply may be lost: what to release then.
-                    attempt.hold(
-                        ids.iter()
-                            .map(|&id| HeldRow {
-                                id,
-                                token: Some(token),
-                            })
-                            .collect(),
-                    );
-                    format!("{}; COMMIT", queue.sql.mark_delivered(token, &ids))
+            match claim_in(&mut tx, queue, limit, attempt).await {
+                Ok(claimed) => {
+                    drop(tx);
+                    // The consumer's next claim (the read-ahead, or the look before it
+                    // waits) follows.
+                    kept.keep(conn);
+                    Ok(claimed)
                 }
-                None => "COMMIT".to_owned(),
-            };
-            sqlx::Executor::execute(&mut **tx.conn, end.as_str()).await?;
-            tx.ended = true;
-            drop(tx);
-            // The consumer's next claim (the read-ahead, or the look before it waits) follows.
-            kept.keep(conn);
-            Ok(claimed)
+                Err(err) => {
+                    tx.end_after(&err).await;
+                    Err(err)
+                }
+            }
         })
     }
 
@@ -293,6 +274,44 @@ impl SqlDialect for MySql {
     }
 }
 
+/// One claim transaction on `tx` (see `SqlDialect::claim`), ended by its COMMIT.
+async fn claim_in(
+    tx: &mut InTransaction<'_>,
+    queue: &TableQueue<MySql>,
+    limit: u32,
+    attempt: &mut ClaimAttempt,
+) -> SqlResult<Vec<StoredMessage>> {
+    let begin = queue.sql.begin_claim(
+        &queue.config.queue,
+        queue.config.redeliver_timeout_seconds,
+        limit,
+    );
+    let rows = sqlx::Executor::fetch_all(&mut **tx.conn, begin.as_str()).await?;
+    let claimed = rows
+        .iter()
+        .map(sqlx::MySql::claimed_of)
+        .collect::<SqlResult<Vec<_>>>()?;
+    let end = match claimed.first().and_then(|m| m.token) {
+        Some(token) => {
+            let ids: Vec<i64> = claimed.iter().filter_map(|m| m.id.parse().ok()).collect();
+            // Known before the COMMIT whose reply may be lost: what to release then.
+            attempt.hold(
+                ids.iter()
+                    .map(|&id| HeldRow {
+                        id,
+                        token: Some(token),
+                    })
+                    .collect(),
+            );
+            format!("{}; COMMIT", queue.sql.mark_delivered(token, &ids))
+        }
+        None => "COMMIT".to_owned(),
+    };
+    sqlx::Executor::execute(&mut **tx.conn, end.as_str()).await?;
+    tx.ended = true;
+    Ok(claimed)
+}
+
 /// A pooled connection inside a transaction begun as text. Dropped before the transaction
 /// ended (an error, or the claim abandoned mid-way) the connection is closed rather than
 /// pooled: the server rolls the transaction back, and no later statement runs inside it (a
@@ -305,6 +324,20 @@ struct InTransaction<'c> {
 impl<'c> InTransaction<'c> {
     fn new(conn: &'c mut PoolConnection<sqlx::MySql>) -> Self {
         Self { conn, ended: false }
+    }
+
+    /// After `err`: when the server answered it (a deadlock, a lock wait timeout, a table
+    /// not there yet), the connection is sound, so the transaction is rolled back here and
+    /// the connection pooled again; closing it would cost a reconnect, for a consumer polling
+    /// a table that is not there yet one per poll. After any other failure it is closed.
+    async fn end_after(&mut self, err: &sqlx::Error) {
+        if matches!(err, sqlx::Error::Database(_))
+            && sqlx::Executor::execute(&mut **self.conn, "ROLLBACK")
+                .await
+                .is_ok()
+        {
+            self.ended = true;
+        }
     }
 }
 
