@@ -8,6 +8,9 @@ const { SqlTransport } = require('../..');
 const { postgres, mysql } = require('../support/engines');
 const { startProxy, viaProxy } = require('../faults/support/proxy');
 
+/** How long first contact waits for the pool's first connection before it probes (src/sql/target.rs). */
+const PROBE_GRACE_MS = 50;
+
 describe.each([
   ['PostgreSQL', postgres],
   ['MariaDB', mysql],
@@ -26,7 +29,7 @@ describe.each([
     await proxy.close();
   });
 
-  it('opens no connection of its own: every connection it opened stays in the pool', async () => {
+  it('opens no connection of its own while the first one opens promptly: every connection stays in the pool', async () => {
     const transport = new SqlTransport({ dsn: viaProxy(engine.dsn, proxy), ...engine.target('fc') });
     try {
       await transport.setup();
@@ -34,7 +37,14 @@ describe.each([
       // A probe would be a connection opened and closed again at once; let its close arrive.
       await new Promise((resolve) => setTimeout(resolve, 200));
       expect(proxy.accepted).toBeGreaterThan(0);
-      expect(proxy.connections).toBe(proxy.accepted);
+      const probes = proxy.accepted - proxy.connections;
+      if (probes > 0) {
+        // Only the fallback for a first connection slower than the grace (50 ms, as a loaded
+        // machine may take): one probe, opened once the grace had passed, never at once.
+        const [first, second] = proxy.acceptedAt;
+        expect(probes).toBe(1);
+        expect(second - first).toBeGreaterThanOrEqual(PROBE_GRACE_MS - 5);
+      }
     } finally {
       await transport.close();
     }

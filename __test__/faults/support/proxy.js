@@ -22,6 +22,7 @@
 // its TCP keepalive (that needs a packet filter, which the tests do not assume).
 
 const net = require('node:net');
+const { performance } = require('node:perf_hooks');
 
 /** A TCP port that was free a moment ago on 127.0.0.1. */
 function freePort() {
@@ -73,6 +74,8 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
   const links = new Set();
   let blackholed = false;
   let accepted = 0;
+  /** When each connection was accepted (performance.now()), in order. */
+  const acceptedAt = [];
   /** Armed cutAfter traps, first armed first served. */
   const traps = [];
   /** Armed holdBack delays, first armed first served. */
@@ -138,6 +141,7 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
 
   const server = net.createServer({ pauseOnConnect: true }, (client) => {
     accepted += 1;
+    acceptedAt.push(performance.now());
     const upstream = net.connect({ host: targetHost, port: targetPort });
     const link = { client, upstream, doomed: false, onDoomedReply: undefined, held: undefined, openedAt: Date.now(), lastDataAt: Date.now(), bytesUp: 0, bytesDown: 0 };
     links.add(link);
@@ -202,6 +206,10 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
     /** Connections accepted since start. */
     get accepted() {
       return accepted;
+    },
+    /** When each connection since start was accepted (ms, performance.now()), in order. */
+    get acceptedAt() {
+      return [...acceptedAt];
     },
     get blackholed() {
       return blackholed;
