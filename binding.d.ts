@@ -60,6 +60,11 @@ export declare class NativeQueue {
    */
   ackLater(id: string): void
   /**
+   * Write-behind acks recorded and not yet written (JavaScript keeps its event loop
+   * alive while there are any).
+   */
+  pendingAcks(): number
+  /**
    * Stops renewing the claim of a delivered message that JavaScript settled without a
    * write (its handler is done); acks and rejects do this themselves.
    */
@@ -144,6 +149,7 @@ export interface NativeStats {
   buffered: number
   inFlight: number
   pendingAcks: number
+  ackWriteFailingMs?: number
   sent: number
   claims: number
   claimed: number
@@ -184,6 +190,8 @@ export interface RedisQueueOptions {
   /** PEM certificate(s) to trust for `rediss://`, instead of the system's roots. */
   tlsCa?: string
   connectTimeoutMs: number
+  maxQueuedSends: number
+  maxQueuedSendBytes: number
 }
 
 /**
@@ -236,6 +244,8 @@ export interface SqlQueueOptions {
   getNotifyTimeoutMs: number
   autoSetup: boolean
   connectTimeoutMs: number
+  maxQueuedSends: number
+  maxQueuedSendBytes: number
 }
 
 /** What `stats` samples; `cursor` is the previous sample's, for `added`. */

@@ -37,6 +37,11 @@ export interface TransportStats {
   readonly inFlight: number;
   /** Write-behind acks recorded and not yet written. */
   readonly pendingAcks: number;
+  /**
+   * How long (ms) write-behind ack writes have been failing, or null while they succeed. Past
+   * the lease (`redeliverTimeoutSeconds`, `claimIdleMs`) their messages may be delivered again.
+   */
+  readonly ackWriteFailingMs: number | null;
   /** Messages stored by `send()`. */
   readonly sent: number;
   /** Claims that returned messages, and how many messages they returned in all. */
@@ -95,6 +100,13 @@ export interface SqlTransportOptions {
    * delete is written.
    */
   readonly ackMode?: 'write-behind' | 'commit';
+  /**
+   * Sends that may wait to be written (during an outage, say) before `send()` is refused at once
+   * with a `TransportError` (nothing stored). Default 10000.
+   */
+  readonly maxQueuedSends?: number;
+  /** Bytes (bodies and headers) of sends that may wait to be written; default 64 MiB. */
+  readonly maxQueuedSendBytes?: number;
   /**
    * A NestJS `LoggerService`-shaped object. Without it the transport is silent; with it, it
    * reports a lost and re-established connection (PostgreSQL's LISTEN connection included),
@@ -199,6 +211,13 @@ export interface RedisStreamsTransportOptions {
    * delete is written.
    */
   readonly ackMode?: 'write-behind' | 'commit';
+  /**
+   * Sends that may wait to be written (during an outage, say) before `send()` is refused at once
+   * with a `TransportError` (nothing stored). Default 10000.
+   */
+  readonly maxQueuedSends?: number;
+  /** Bytes (bodies and headers) of sends that may wait to be written; default 64 MiB. */
+  readonly maxQueuedSendBytes?: number;
   /**
    * A NestJS `LoggerService`-shaped object. Without it the transport is silent; with it, it
    * reports a lost and re-established connection (PostgreSQL's LISTEN connection included),

@@ -16,6 +16,7 @@ const ZERO = {
   buffered: 0,
   inFlight: 0,
   pendingAcks: 0,
+  ackWriteFailingMs: null,
   sent: 0,
   claims: 0,
   claimed: 0,

@@ -15,6 +15,7 @@ const CLASS_BY_CODE = {
   E_NOT_FOUND: TransportNotFoundError,
   E_INVALID_ARGUMENT: InvalidArgumentError,
   E_CLOSED: TransportError,
+  E_BACKLOG_FULL: TransportError,
   E_TRANSPORT: TransportError,
 };
 

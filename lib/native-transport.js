@@ -16,6 +16,8 @@ const { telemetryFor } = require('./telemetry');
 
 const DEFAULT_LIST_LIMIT = 100;
 const DEFAULT_HEALTH_TIMEOUT_MS = 2000;
+/** How often a transport with write-behind acks pending checks whether they are written. */
+const ACK_HOLD_CHECK_MS = 10;
 
 /**
  * What every native transport does in JavaScript: encode and decode through the app's
@@ -40,6 +42,8 @@ class NativeTransport {
   #telemetry;
   /** The `logger` option's event log, when a logger was given. */
   #events;
+  /** A timer that holds the event loop while write-behind acks are pending. */
+  #ackHold;
 
   /**
    * @param {object} queue the native queue (binding's NativeQueue)
@@ -141,9 +145,26 @@ class NativeTransport {
     // with the acks around it; close(), list(), find() and getMessageCount() wait for it.
     if (this.#writeBehind) {
       nativeSync(() => this.#queue.ackLater(id));
+      this.#holdLoopForAcks();
       return;
     }
     await this.#settles.track(native(this.#queue.ack(id)));
+  }
+
+  /**
+   * Keeps the event loop alive until every recorded ack is written, as a pending socket write
+   * would: an `ack()` that resolved is not dropped by a process that just runs out of work.
+   */
+  #holdLoopForAcks() {
+    if (this.#ackHold !== undefined) return;
+    this.#ackHold = setInterval(() => {
+      if (this.#queue.pendingAcks() === 0) this.#releaseAckHold();
+    }, ACK_HOLD_CHECK_MS);
+  }
+
+  #releaseAckHold() {
+    clearInterval(this.#ackHold);
+    this.#ackHold = undefined;
   }
 
   /** @param {import('@schally/nestjs-messenger').Envelope} envelope */
@@ -234,6 +255,7 @@ class NativeTransport {
       buffered: s.buffered,
       inFlight: s.inFlight,
       pendingAcks: s.pendingAcks,
+      ackWriteFailingMs: s.ackWriteFailingMs ?? null,
       sent: s.sent,
       claims: s.claims,
       claimed: s.claimed,
@@ -261,8 +283,13 @@ class NativeTransport {
     this.#closing = true;
     this.#queue.beginClose();
     await this.#settles.drained();
-    await native(this.#queue.close());
-    this.#events?.stop();
+    try {
+      await native(this.#queue.close());
+    } finally {
+      // Nothing is written after close (its error says how many acks were not).
+      this.#releaseAckHold();
+      this.#events?.stop();
+    }
   }
 }
 

@@ -22,6 +22,28 @@ function positiveNumber(options, defaults, key) {
   return value;
 }
 
+/** Defaults of the send backlog bound, the same for every transport. */
+const SEND_BACKLOG_DEFAULTS = Object.freeze({
+  maxQueuedSends: 10_000,
+  maxQueuedSendBytes: 64 * 1024 * 1024,
+});
+
+/**
+ * `maxQueuedSends` and `maxQueuedSendBytes`: how many sends (and bytes of their bodies and
+ * headers) may wait to be written; beyond either, `send()` is refused at once.
+ */
+function sendBacklogOf(options) {
+  const backlog = {};
+  for (const key of Object.keys(SEND_BACKLOG_DEFAULTS)) {
+    const value = options[key] ?? SEND_BACKLOG_DEFAULTS[key];
+    if (!Number.isSafeInteger(value) || value < 1) {
+      throw new InvalidArgumentError(`Invalid ${key} ${String(value)}: expected a positive integer.`);
+    }
+    backlog[key] = value;
+  }
+  return backlog;
+}
+
 /**
  * `value` unless it is a string holding a lone UTF-16 surrogate: such text has no UTF-8 form,
  * so it could only be stored changed (as U+FFFD), and two different names would name one queue.
@@ -44,4 +66,4 @@ function ackModeOf(options) {
   return mode;
 }
 
-module.exports = { nonNegativeNumber, positiveNumber, wellFormed, ackModeOf };
+module.exports = { nonNegativeNumber, positiveNumber, wellFormed, ackModeOf, sendBacklogOf, SEND_BACKLOG_DEFAULTS };

@@ -2,7 +2,7 @@
 
 const { randomUUID } = require('node:crypto');
 const { InvalidArgumentError, JsonSerializer } = require('@schally/nestjs-messenger');
-const { ackModeOf, nonNegativeNumber, positiveNumber, wellFormed } = require('./option-checks');
+const { ackModeOf, nonNegativeNumber, positiveNumber, sendBacklogOf, wellFormed } = require('./option-checks');
 const { loggerOf } = require('./event-log');
 
 /** Defaults, identical to `@schally/nestjs-messenger-transport-redis`'s. */
@@ -57,6 +57,7 @@ function resolveRedisOptions(options) {
     tlsCa: caOf(options.redisOptions),
     connectTimeoutMs: positiveNumber(options, DEFAULTS, 'connectTimeoutMs'),
     ackMode: ackModeOf(options),
+    ...sendBacklogOf(options),
     logger: loggerOf(options),
   };
 }

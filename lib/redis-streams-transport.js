@@ -27,6 +27,8 @@ class RedisStreamsTransport extends NativeTransport {
         cluster: o.cluster,
         tlsCa: o.tlsCa,
         connectTimeoutMs: o.connectTimeoutMs,
+        maxQueuedSends: o.maxQueuedSends,
+        maxQueuedSendBytes: o.maxQueuedSendBytes,
       }),
     );
     const messaging = { system: 'redis', destination: o.stream };

@@ -1,7 +1,7 @@
 'use strict';
 
 const { InvalidArgumentError, JsonSerializer } = require('@schally/nestjs-messenger');
-const { ackModeOf, nonNegativeNumber, positiveNumber, wellFormed } = require('./option-checks');
+const { ackModeOf, nonNegativeNumber, positiveNumber, sendBacklogOf, wellFormed } = require('./option-checks');
 const { checkSqlNames, sqlDialectOf } = require('./native');
 const { nativeSync } = require('./errors');
 const { loggerOf } = require('./event-log');
@@ -59,6 +59,7 @@ function resolveSqlOptions(options) {
     getNotifyTimeoutMs: nonNegativeNumber(options, DEFAULTS, 'getNotifyTimeoutMs'),
     connectTimeoutMs: positiveNumber(options, DEFAULTS, 'connectTimeoutMs'),
     ackMode: ackModeOf(options),
+    ...sendBacklogOf(options),
     logger: loggerOf(options),
   };
 }

@@ -30,6 +30,8 @@ class SqlTransport extends NativeTransport {
         getNotifyTimeoutMs: o.getNotifyTimeoutMs,
         autoSetup: o.autoSetup,
         connectTimeoutMs: o.connectTimeoutMs,
+        maxQueuedSends: o.maxQueuedSends,
+        maxQueuedSendBytes: o.maxQueuedSendBytes,
       }),
     );
     const messaging = { system: sqlSystem(o.dialect), destination: o.queueName };

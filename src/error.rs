@@ -16,6 +16,9 @@ pub enum ErrorKind {
     NotFound,
     /// The transport is closing or closed.
     Closed,
+    /// A write refused at once because too much is already waiting to be written:
+    /// `TransportError`, nothing was stored.
+    BacklogFull,
     /// Anything else: `TransportError`.
     Transport,
 }
@@ -28,6 +31,7 @@ impl ErrorKind {
             ErrorKind::Connection => "E_CONNECTION",
             ErrorKind::NotFound => "E_NOT_FOUND",
             ErrorKind::Closed => "E_CLOSED",
+            ErrorKind::BacklogFull => "E_BACKLOG_FULL",
             ErrorKind::Transport => "E_TRANSPORT",
         }
     }
@@ -85,6 +89,10 @@ impl Error {
         Self::new(ErrorKind::Transport, message)
     }
 
+    pub fn backlog_full(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::BacklogFull, message)
+    }
+
     /// Removes every given secret from the message, as the last line of defence: driver
     /// messages are not ours and could one day quote a connection string.
     pub fn redacted(mut self, secrets: &[String]) -> Self {
@@ -132,6 +140,7 @@ mod tests {
         assert_eq!(ErrorKind::InvalidArgument.code(), "E_INVALID_ARGUMENT");
         assert_eq!(ErrorKind::Closed.code(), "E_CLOSED");
         assert_eq!(ErrorKind::Transport.code(), "E_TRANSPORT");
+        assert_eq!(ErrorKind::BacklogFull.code(), "E_BACKLOG_FULL");
     }
 
     #[test]

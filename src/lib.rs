@@ -72,6 +72,8 @@ mod exports {
         pub get_notify_timeout_ms: f64,
         pub auto_setup: bool,
         pub connect_timeout_ms: f64,
+        pub max_queued_sends: f64,
+        pub max_queued_send_bytes: f64,
     }
 
     /// Options of a native Redis Streams queue, already defaulted by the JavaScript wrapper.
@@ -89,6 +91,8 @@ mod exports {
         /// PEM certificate(s) to trust for `rediss://`, instead of the system's roots.
         pub tls_ca: Option<String>,
         pub connect_timeout_ms: f64,
+        pub max_queued_sends: f64,
+        pub max_queued_send_bytes: f64,
     }
 
     /// `queue.stats()`: counters (as doubles: exact up to 2^53) and buffer figures.
@@ -97,6 +101,7 @@ mod exports {
         pub buffered: f64,
         pub in_flight: f64,
         pub pending_acks: f64,
+        pub ack_write_failing_ms: Option<f64>,
         pub sent: f64,
         pub claims: f64,
         pub claimed: f64,
@@ -211,6 +216,22 @@ mod exports {
         }
     }
 
+    /// The send backlog the options ask for (`maxQueuedSends`, `maxQueuedSendBytes`).
+    fn send_backlog(items: f64, bytes: f64) -> Result<batch::Backlog, Error> {
+        for (name, value) in [("maxQueuedSends", items), ("maxQueuedSendBytes", bytes)] {
+            if !(value.is_finite() && value >= 1.0 && value.fract() == 0.0) {
+                return Err(Error::invalid_argument(format!(
+                    "{name} must be a positive integer, got {value}."
+                )));
+            }
+        }
+        // Beyond usize on a 32-bit host: as good as unbounded.
+        Ok(batch::Backlog {
+            items: items as usize,
+            bytes: bytes as usize,
+        })
+    }
+
     /// One queue (a table's queue, or a stream), bound to the process-wide connections of its DSN.
     #[napi]
     pub struct NativeQueue {
@@ -285,6 +306,7 @@ mod exports {
                 ))
                 .into());
             }
+            let backlog = send_backlog(options.max_queued_sends, options.max_queued_send_bytes)?;
             let config = QueueConfig {
                 table: options.table_name,
                 queue: options.queue_name,
@@ -308,6 +330,7 @@ mod exports {
                     engine,
                     options.auto_setup,
                     queue::FIRST_CLAIM_BATCH,
+                    backlog,
                 )),
             })
         }
@@ -344,6 +367,7 @@ mod exports {
                 },
             };
             let first_batch = options.read_batch_size.clamp(1, queue::MAX_CLAIM_BATCH);
+            let backlog = send_backlog(options.max_queued_sends, options.max_queued_send_bytes)?;
             let engine: Arc<dyn engine::Engine> = within_runtime_if_available(|| {
                 redis::RedisQueue::open(&dsn, config).map(Arc::new)
             })?;
@@ -351,7 +375,7 @@ mod exports {
                 sends: std::sync::Mutex::new(None),
                 direct: std::sync::Mutex::new(None),
                 elsewhere: Arc::default(),
-                queue: Arc::new(Queue::new(engine, true, first_batch)),
+                queue: Arc::new(Queue::new(engine, true, first_batch, backlog)),
             })
         }
 
@@ -542,6 +566,13 @@ mod exports {
             Ok(within_runtime_if_available(|| self.queue.ack_later(id))?)
         }
 
+        /// Write-behind acks recorded and not yet written (JavaScript keeps its event loop
+        /// alive while there are any).
+        #[napi(catch_unwind)]
+        pub fn pending_acks(&self) -> f64 {
+            self.queue.stats_pending_acks() as f64
+        }
+
         /// Stops renewing the claim of a delivered message that JavaScript settled without a
         /// write (its handler is done); acks and rejects do this themselves.
         #[napi(catch_unwind)]
@@ -557,6 +588,7 @@ mod exports {
                 buffered: s.buffered as f64,
                 in_flight: s.in_flight as f64,
                 pending_acks: s.pending_acks as f64,
+                ack_write_failing_ms: s.ack_write_failing_ms,
                 sent: s.sent as f64,
                 claims: s.claims as f64,
                 claimed: s.claimed as f64,

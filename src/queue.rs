@@ -2,7 +2,7 @@
 //! buffer that JS drains with a sync call, batch claims sized to the consumer, idle waits,
 //! coalesced acks and sends, memoized setup, and the close sequence.
 
-use crate::batch::{BatchBound, Coalescer};
+use crate::batch::{Backlog, BatchBound, Coalescer, Waited};
 use crate::engine::{Engine, NewMessage, StoredMessage};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::Fence;
@@ -41,6 +41,12 @@ pub(crate) const SEND_BOUND: BatchBound<NewMessage> = BatchBound {
     items: MAX_WRITE_BATCH,
     bytes: MAX_BATCH_BYTES,
     weigh: |m| m.body.len() + m.headers.len(),
+};
+/// Commit-mode acks waiting to be written: a worker awaits each of its acks, so only many
+/// concurrent workers ever queue this many.
+const ACK_BACKLOG: Backlog = Backlog {
+    items: 100_000,
+    bytes: usize::MAX,
 };
 
 pub struct Queue {
@@ -121,7 +127,14 @@ impl SetupGate {
 }
 
 impl Queue {
-    pub fn new(engine: Arc<dyn Engine>, auto_setup: bool, first_batch: u32) -> Self {
+    /// `send_backlog`: how many sends (and bytes of them) may wait to be written before a
+    /// send is refused at once.
+    pub fn new(
+        engine: Arc<dyn Engine>,
+        auto_setup: bool,
+        first_batch: u32,
+        send_backlog: Backlog,
+    ) -> Self {
         let setup = Arc::new(SetupGate {
             engine: engine.clone(),
             auto: auto_setup,
@@ -141,6 +154,7 @@ impl Queue {
         Self {
             acks: Coalescer::new(
                 BatchBound::items(MAX_WRITE_BATCH),
+                ACK_BACKLOG,
                 move |ids: Vec<String>| {
                     let (engine, fence) = (ack_engine.clone(), ack_fence.clone());
                     Box::pin(async move {
@@ -150,20 +164,24 @@ impl Queue {
                     }) as BoxFuture<'static, Result<Vec<()>>>
                 },
             ),
-            sends: Coalescer::new(SEND_BOUND, move |messages: Vec<NewMessage>| {
-                let engine = send_engine.clone();
-                let setup = send_setup.clone();
-                let wake = send_wake.clone();
-                let counters = send_counters.clone();
-                let order = flush_order.clone();
-                Box::pin(async move {
-                    order.cleared().await;
-                    let ids = setup.around(engine.insert(messages)).await?;
-                    wake.wake();
-                    counters.sent(ids.len());
-                    Ok(ids)
-                }) as BoxFuture<'static, Result<Vec<String>>>
-            }),
+            sends: Coalescer::new(
+                SEND_BOUND,
+                send_backlog,
+                move |messages: Vec<NewMessage>| {
+                    let engine = send_engine.clone();
+                    let setup = send_setup.clone();
+                    let wake = send_wake.clone();
+                    let counters = send_counters.clone();
+                    let order = flush_order.clone();
+                    Box::pin(async move {
+                        order.cleared().await;
+                        let ids = setup.around(engine.insert(messages)).await?;
+                        wake.wake();
+                        counters.sent(ids.len());
+                        Ok(ids)
+                    }) as BoxFuture<'static, Result<Vec<String>>>
+                },
+            ),
             acks_behind: WriteBehind::new(engine.clone(), fence.clone(), counters.clone()),
             send_order,
             fence,
@@ -246,12 +264,19 @@ impl Queue {
     ) -> Result<impl std::future::Future<Output = Result<String>> + Send + 'static> {
         self.guard_open("send")?;
         self.engine.check_message(&message)?;
-        let stored = self.sends.enqueue(message)?;
+        let pending = self.sends.enqueue(message)?;
         let (engine, counters) = (self.engine.clone(), self.counters.clone());
         Ok(async move {
-            let result = tokio::time::timeout(engine.send_bound(), stored)
-                .await
-                .unwrap_or_else(|_| Err(engine.unanswered_send()));
+            let bound = engine.send_bound();
+            let result = match pending.within(bound).await {
+                Waited::Answered(result) => result,
+                // Still queued behind writes that got no answer: withdrawn, so never written.
+                Waited::NotSent => Err(Error::connection(format!(
+                    "The send was not stored: earlier writes held the connection for {} ms, and this message was withdrawn before it was sent.",
+                    bound.as_millis()
+                ))),
+                Waited::Unanswered => Err(engine.unanswered_send()),
+            };
             if let Err(err) = &result {
                 counters.failed(err);
             }
@@ -618,7 +643,18 @@ impl Queue {
     pub async fn ack(&self, id: &str) -> Result<()> {
         self.guard_not_closed("ack")?;
         self.settled(id);
-        let written = self.acks.submit(id.to_owned()).await;
+        let bound = self.engine.send_bound();
+        let written = match self.acks.enqueue(id.to_owned())?.within(bound).await {
+            Waited::Answered(result) => result,
+            Waited::NotSent => Err(Error::connection(format!(
+                "The ack was not written: earlier writes held the connection for {} ms (nothing was deleted; the message will be delivered again).",
+                bound.as_millis()
+            ))),
+            Waited::Unanswered => Err(Error::connection(format!(
+                "The ack got no answer from the server within {} ms (its delete may have been written).",
+                bound.as_millis()
+            ))),
+        };
         if written.is_ok() {
             self.counters.acked();
         }
@@ -645,6 +681,11 @@ impl Queue {
         Ok(result)
     }
 
+    /// Write-behind acks recorded and not yet written.
+    pub fn stats_pending_acks(&self) -> u64 {
+        self.acks_behind.pending()
+    }
+
     /// Counters and buffer figures, read synchronously (`transport.stats()`).
     pub fn stats(&self) -> Snapshot {
         let (buffered, in_flight) = {
@@ -655,6 +696,10 @@ impl Queue {
             buffered,
             in_flight,
             pending_acks: self.acks_behind.pending(),
+            ack_write_failing_ms: self
+                .acks_behind
+                .failing_for()
+                .map(|d| d.as_secs_f64() * 1000.0),
             stale_settles: self.fence.stale_settles(),
             ..self.counters.snapshot()
         }
@@ -700,6 +745,20 @@ impl Queue {
         self.begin_close();
         self.closed.store(true, Ordering::Release);
         let flushed = self.flush_acks().await;
+        // Nothing is written after close: a flusher left retrying would hold the queue (and
+        // the pool it left) for ever.
+        let unwritten = self.acks_behind.stop();
+        let flushed = flushed.map_err(|err| {
+            if unwritten == 0 {
+                return err;
+            }
+            Error::new(
+                err.kind,
+                format!(
+                    "{unwritten} acknowledgement(s) could not be written before close; those messages will be delivered again after their lease. Last error: {err}"
+                ),
+            )
+        });
         let released = self.release_prefetched().await;
         self.engine.shutdown().await;
         flushed.and(released)

@@ -64,6 +64,8 @@ pub struct Snapshot {
     pub in_flight: u64,
     /// Write-behind acks recorded and not yet written.
     pub pending_acks: u64,
+    /// How long write-behind ack writes have been failing, if they are (ms).
+    pub ack_write_failing_ms: Option<f64>,
     /// Messages stored by send().
     pub sent: u64,
     /// Claims that returned rows, and the rows they returned.

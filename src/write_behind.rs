@@ -3,14 +3,16 @@
 //! meanwhile: one statement/pipeline per flush, so a sequential worker's acks are group
 //! committed. `flush()` waits until every recorded ack is written; close(), list(), find() and
 //! getMessageCount() call it first. A crash before a flush costs a redelivery (after the
-//! redelivery timeout or claim idle time), never a loss.
+//! redelivery timeout or claim idle time), never a loss; the JavaScript side keeps its event
+//! loop alive while acks are pending, so a process that just runs out of work writes them
+//! first. `stop()` (close) ends the flusher and says how many were never written.
 
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::Fence;
 use crate::stats::{Counters, Level};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -30,6 +32,10 @@ struct State {
     written: u64,
     /// The last flush failure, reported to the next `flush()` caller.
     error: Option<Error>,
+    /// Since when writes have been failing (None while they succeed).
+    failing_since: Option<Instant>,
+    /// The failure outlasted the lease and was reported so (once per failing period).
+    outlasted_lease: bool,
 }
 
 pub struct WriteBehind {
@@ -65,6 +71,18 @@ impl WriteBehind {
     pub fn pending(&self) -> u64 {
         let state = self.lock();
         state.recorded.saturating_sub(state.written)
+    }
+
+    /// How long writes have been failing, if they are.
+    pub fn failing_for(&self) -> Option<Duration> {
+        self.lock().failing_since.map(|since| since.elapsed())
+    }
+
+    /// Ends the flusher (close): nothing is written after this. Returns how many recorded
+    /// acks were never written.
+    pub fn stop(&self) -> u64 {
+        self.stop.cancel();
+        self.pending()
     }
 
     /// Records an ack; needs a runtime context (the flusher starts on first use).
@@ -170,6 +188,8 @@ impl Flusher {
                         let mut s = self.lock();
                         s.writing = 0;
                         s.written += batch.len() as u64;
+                        s.failing_since = None;
+                        s.outlasted_lease = false;
                         s.error.take().is_some()
                     };
                     if recovered {
@@ -190,19 +210,41 @@ impl Flusher {
                     self.idle.notify_waiters();
                 }
                 Err(error) => {
-                    let first = {
+                    let lease = self.engine.claim_lease();
+                    let (first, outlasted) = {
                         let mut s = self.lock();
                         s.writing = 0;
                         let rest = std::mem::take(&mut s.pending);
                         s.pending = batch;
                         s.pending.extend(rest);
-                        s.error.replace(error.clone()).is_none()
+                        let since = *s.failing_since.get_or_insert_with(Instant::now);
+                        let outlasted = !s.outlasted_lease && since.elapsed() >= lease;
+                        if outlasted {
+                            s.outlasted_lease = true;
+                        }
+                        let unwritten = s.recorded.saturating_sub(s.written);
+                        (
+                            s.error.replace(error.clone()).is_none(),
+                            outlasted.then(|| (since.elapsed(), unwritten)),
+                        )
                     };
                     if first {
                         self.counters.failed(&error);
                         self.counters.report(
                             Level::Error,
                             format!("Write-behind acks could not be written: {error}. Retrying until they are."),
+                        );
+                    }
+                    // Past the lease, the messages behind these acks are claimable again:
+                    // they are being delivered a second time.
+                    if let Some((failing, unwritten)) = outlasted {
+                        self.counters.report(
+                            Level::Error,
+                            format!(
+                                "Write-behind acks have failed for {} s, longer than the lease ({} s): the {unwritten} acknowledged message(s) not yet deleted may be delivered again. Last error: {error}",
+                                failing.as_secs(),
+                                lease.as_secs()
+                            ),
                         );
                     }
                     self.idle.notify_waiters();

@@ -38,7 +38,9 @@ async function blackholeScenario({ engine, dsn: serverDsn, port }) {
     makeTransport(engine, { dsn, queue, ackMode, connectTimeoutMs: CONNECT_TIMEOUT_MS, leaseMs: LEASE_MS });
   const producers = [make(), make()];
   const consumers = [make('write-behind'), make('commit'), make(), make()];
-  const run = new LoadRun({ producers, consumers, sendIntervalMs: 20, opBoundMs: BLACKHOLE_MS + 5000 });
+  // Bursts of concurrent sends: a flush carries several callers' sends, so a caller that gives
+  // up on one must not decide the others' answers.
+  const run = new LoadRun({ producers, consumers, sendIntervalMs: 20, burst: 4, opBoundMs: BLACKHOLE_MS + 5000 });
   try {
     await producers[0].setup();
     const [, , abortVictim, closeVictim] = run.consumers;

@@ -1,0 +1,46 @@
+'use strict';
+
+// A consumer process that acks (write-behind) and then simply runs out of work: no close(), no
+// process.exit(). Forked with an IPC channel and KIND, DSN, TARGET (JSON) and COUNT. It sends
+// COUNT messages, takes them all without acking, says { consumed }, and on the parent's 'ack'
+// acks them all, lets go of the IPC channel and returns: from then on only the transport can
+// keep the process alive.
+
+const { SqlTransport, RedisStreamsTransport } = require('../../..');
+const { Envelope, JsonSerializer } = require('@schally/nestjs-messenger');
+
+class Job {
+  constructor(n) {
+    this.n = n;
+  }
+}
+
+async function main() {
+  const Transport = process.env.KIND === 'redis' ? RedisStreamsTransport : SqlTransport;
+  const count = Number(process.env.COUNT);
+  const transport = new Transport({
+    dsn: process.env.DSN,
+    ...JSON.parse(process.env.TARGET),
+    serializer: new JsonSerializer([Job]),
+    ackMode: 'write-behind',
+  });
+  for (let n = 0; n < count; n += 1) await transport.send(new Envelope(new Job(n)));
+  const taken = [];
+  const controller = new AbortController();
+  for await (const envelope of transport.get(controller.signal)) {
+    taken.push(envelope);
+    if (taken.length === count) controller.abort();
+  }
+  await new Promise((resolve) => {
+    process.once('message', resolve);
+    process.send({ consumed: taken.length });
+  });
+  for (const envelope of taken) await transport.ack(envelope);
+  process.disconnect();
+}
+
+main().catch((error) => {
+  console.error(error);
+  process.exitCode = 1;
+  if (process.connected) process.disconnect();
+});
