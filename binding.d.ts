@@ -84,7 +84,11 @@ export declare class NativeQueue {
   health(timeoutMs: number): Promise<NativeHealth>
   /** Stops new claims and ends every idle wait at once. */
   beginClose(): void
-  /** Releases prefetched rows and lets go of the shared pool. */
+  /**
+   * Releases prefetched rows and lets go of the shared pool; then of the send callback,
+   * whose strong reference would otherwise keep this object (and the native queue, its
+   * tasks and memory) alive for as long as the environment lives.
+   */
   close(): Promise<void>
 }
 
@@ -124,6 +128,12 @@ export interface DoctorReport {
   ok: boolean
   checks: Array<DoctorCheck>
 }
+
+/**
+ * Native queues alive in this process (created and not yet dropped): what a lifecycle
+ * test watches to see closed transports let go.
+ */
+export declare function liveNativeQueues(): number
 
 /** An event for the `logger` option: `log`, `warn` or `error`, and what happened. */
 export interface NativeEvent {

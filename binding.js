@@ -838,6 +838,7 @@ module.exports = nativeBinding
 module.exports.NativeQueue = nativeBinding.NativeQueue
 module.exports.checkSqlNames = nativeBinding.checkSqlNames
 module.exports.doctor = nativeBinding.doctor
+module.exports.liveNativeQueues = nativeBinding.liveNativeQueues
 module.exports.queueStats = nativeBinding.queueStats
 module.exports.sqlDialectOf = nativeBinding.sqlDialectOf
 module.exports.sqlOutboxStatement = nativeBinding.sqlOutboxStatement

@@ -158,6 +158,13 @@ mod exports {
         pub push_wakeup: bool,
     }
 
+    /// Native queues alive in this process (created and not yet dropped): what a lifecycle
+    /// test watches to see closed transports let go.
+    #[napi(catch_unwind)]
+    pub fn live_native_queues() -> f64 {
+        queue::live_queues() as f64
+    }
+
     /// The facts of the SQL dialect a DSN names; throws for a bad DSN.
     #[napi(catch_unwind)]
     pub fn sql_dialect_of(dsn: String) -> napi::Result<SqlDialectFacts> {
@@ -676,10 +683,15 @@ mod exports {
             self.queue.begin_close();
         }
 
-        /// Releases prefetched rows and lets go of the shared pool.
+        /// Releases prefetched rows and lets go of the shared pool; then of the send callback,
+        /// whose strong reference would otherwise keep this object (and the native queue, its
+        /// tasks and memory) alive for as long as the environment lives.
         #[napi]
         pub async fn close(&self) -> napi::Result<()> {
-            Ok(self.queue.close().await?)
+            let closed = self.queue.close().await;
+            // JavaScript waits for every send before it closes: nothing is left to report.
+            drop(self.sends.lock().unwrap_or_else(|p| p.into_inner()).take());
+            Ok(closed?)
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::wake::WaitOutcome;
 use crate::write_behind::WriteBehind;
 use futures_util::future::BoxFuture;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -48,6 +48,13 @@ const ACK_BACKLOG: Backlog = Backlog {
     items: 100_000,
     bytes: usize::MAX,
 };
+
+/// Queues created and not yet dropped, in this process.
+static LIVE_QUEUES: AtomicUsize = AtomicUsize::new(0);
+
+pub fn live_queues() -> usize {
+    LIVE_QUEUES.load(Ordering::Relaxed)
+}
 
 pub struct Queue {
     engine: Arc<dyn Engine>,
@@ -151,6 +158,7 @@ impl Queue {
         let send_counters = counters.clone();
         let send_order = Arc::new(SendOrder::default());
         let flush_order = send_order.clone();
+        LIVE_QUEUES.fetch_add(1, Ordering::Relaxed);
         Self {
             acks: Coalescer::new(
                 BatchBound::items(MAX_WRITE_BATCH),
@@ -769,5 +777,7 @@ impl Drop for Queue {
     // A transport dropped without close(): stop its background work all the same.
     fn drop(&mut self) {
         self.closing.cancel();
+        self.acks_behind.stop();
+        LIVE_QUEUES.fetch_sub(1, Ordering::Relaxed);
     }
 }
