@@ -26,6 +26,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 /// How a batch's reply came out.
@@ -110,6 +111,9 @@ struct Conn {
 }
 
 struct Inner {
+    /// This state's own address, as `Box::into_raw` gave it: the data of its libuv handles,
+    /// whose callbacks make their borrow from it (never from a borrow that ends).
+    handle_data: *mut c_void,
     wire: Arc<dyn DirectWire>,
     queue: Arc<Queue>,
     report: Report,
@@ -128,18 +132,39 @@ struct Inner {
     closed: bool,
 }
 
-/// One queue's direct path. Lives on the JavaScript thread: every method is called there,
-/// and so are the loop's callbacks. Settles are gathered while the state is borrowed and
-/// reported after the borrow ends (the loop's callbacks call JavaScript, which may send or
-/// close, re-entering the state), so at most one borrow of it is ever alive.
+/// One queue's direct path. Lives on the JavaScript thread that made it: its loop's
+/// callbacks run there, and a call from any other thread touches nothing (a send takes the
+/// runtime's path). Settles are gathered while the state is borrowed and reported after the
+/// borrow ends (the loop's callbacks call JavaScript, which may send or close, re-entering
+/// the state), so at most one borrow of it is ever alive.
 pub struct DirectSends {
-    inner: *mut Inner,
+    inner: OwnedByThread<Inner>,
 }
 
-// SAFETY: only ever used on the JavaScript thread that made it (napi calls and that
-// thread's libuv callbacks); it sits in a Send + Sync napi object.
-unsafe impl Send for DirectSends {}
-unsafe impl Sync for DirectSends {}
+/// A pointer reached only on the thread that made it: elsewhere there is none.
+struct OwnedByThread<T> {
+    pointer: *mut T,
+    owner: ThreadId,
+}
+
+// SAFETY: the pointer is handed out on its owner thread only, so moving or sharing this
+// across threads reaches nothing (the direct path's state sits in a Send + Sync napi object;
+// its libuv callbacks run on the owner thread).
+unsafe impl<T> Send for OwnedByThread<T> {}
+unsafe impl<T> Sync for OwnedByThread<T> {}
+
+impl<T> OwnedByThread<T> {
+    fn new(pointer: *mut T) -> Self {
+        Self {
+            pointer,
+            owner: std::thread::current().id(),
+        }
+    }
+
+    fn get(&self) -> Option<*mut T> {
+        (std::thread::current().id() == self.owner).then_some(self.pointer)
+    }
+}
 
 impl DirectSends {
     /// The direct path of `queue`, if its engine has one and the host has libuv.
@@ -157,6 +182,7 @@ impl DirectSends {
         }
         let wire = queue.engine().clone().direct_wire()?;
         let inner = Box::into_raw(Box::new(Inner {
+            handle_data: std::ptr::null_mut(),
             wire,
             queue,
             report,
@@ -174,30 +200,37 @@ impl DirectSends {
         }));
         // SAFETY: `inner` is alive until Drop, which closes the timer first; not shared yet.
         unsafe {
+            (*inner).handle_data = inner as *mut c_void;
             (*inner).timer = uv::Timer::new(env_loop, inner as *mut c_void);
         }
-        Some(Self { inner })
+        Some(Self {
+            inner: OwnedByThread::new(inner),
+        })
     }
 
+    /// The state, on the thread that owns it only.
     #[allow(clippy::mut_from_ref)] // one thread, one borrow at a time: see the struct
-    fn inner(&self) -> &mut Inner {
-        // SAFETY: as the struct says; alive until Drop.
-        unsafe { &mut *self.inner }
+    fn inner(&self) -> Option<&mut Inner> {
+        // SAFETY: as the struct says; alive until Drop, and reached on its owner thread only.
+        self.inner.get().map(|inner| unsafe { &mut *inner })
     }
 
     /// Takes send `seq` if the direct path can serve it now (the message is handed back
     /// otherwise); an error for a send `Queue::send` would refuse at once.
     pub fn try_send(&self, seq: u32, message: NewMessage) -> Result<Option<NewMessage>> {
-        let inner = self.inner();
+        let Some(inner) = self.inner() else {
+            return Ok(Some(message));
+        };
         let taken = inner.try_send(seq, message);
         inner.report_queued();
         taken
     }
 
     /// No more direct sends: batches in flight are handed to the runtime (as the same batch),
-    /// the connection closed.
+    /// the connection closed. Only while the environment lives: the runtime may be gone
+    /// once it is torn down (see Drop).
     pub fn shut(&self) {
-        let inner = self.inner();
+        let Some(inner) = self.inner() else { return };
         inner.closed = true;
         inner.fail();
         inner.report_queued();
@@ -205,11 +238,22 @@ impl DirectSends {
 }
 
 impl Drop for DirectSends {
+    /// Reached without `shut` only when the JavaScript environment is torn down (the queue's
+    /// settle callback keeps the queue alive until then). By that time napi-rs may have shut
+    /// the async runtime down (it does so in the environment's cleanup hook, before the
+    /// finalizers run, when no other thread holds the addon), so nothing is handed to it:
+    /// what is left fails here, and nobody is left to tell.
     fn drop(&mut self) {
-        self.shut();
-        // SAFETY: from Box::into_raw in `new`; its poll handle is closed (by `shut`) and its
-        // timer is closed here, so no callback can reach it any more.
-        let mut inner = unsafe { Box::from_raw(self.inner) };
+        let Some(pointer) = self.inner.get() else {
+            // Another thread's loop may still call back into the state: it is left alive
+            // (leaked) rather than freed under it.
+            return;
+        };
+        // SAFETY: from Box::into_raw in `new`, on its owner thread. Its poll handle is closed
+        // (by `abandon`) and its timer is closed here, so no callback can reach it any more.
+        let mut inner = unsafe { Box::from_raw(pointer) };
+        inner.closed = true;
+        inner.abandon();
         if let Some(mut timer) = inner.timer.take() {
             timer.close();
         }
@@ -328,9 +372,8 @@ impl Inner {
                 return;
             }
         };
-        // The handles' data is the state itself: boxed in `DirectSends::new`, never moved.
-        let data = self as *mut Inner as *mut c_void;
-        // SAFETY: on the loop's thread; `self` outlives the handle (closed in `fail`).
+        // SAFETY: on the loop's thread; the state outlives the handle (closed in `fail`).
+        let data = self.handle_data;
         let Some(poll) = uv::socket_of(&socket)
             .and_then(|fd| unsafe { uv::Poll::new(self.event_loop, fd, data) })
         else {
@@ -565,6 +608,27 @@ impl Inner {
         self.hand_over(flights, waiting);
     }
 
+    /// Gives the connection up with no runtime to turn to: every batch in flight and every
+    /// waiting send fails here, seen in the queue's last error only (see `DirectSends`'s
+    /// Drop: no JavaScript is left to settle them for).
+    fn abandon(&mut self) {
+        if let Some(timer) = &self.timer {
+            timer.stop();
+        }
+        let mut lost = self.waiting.len();
+        self.waiting.clear();
+        if let Some(mut conn) = self.conn.take() {
+            conn.poll.close();
+            lost += conn.flights.drain(..).map(|f| f.seqs.len()).sum::<usize>();
+        }
+        self.ready.clear();
+        if lost > 0 {
+            self.queue.note_send_failed(&Error::transport(format!(
+                "{lost} send(s) were in flight when their JavaScript environment was torn down (they may have been stored)."
+            )));
+        }
+    }
+
     /// Sends `flights` again on the runtime, as the same batches; `waiting` (never written)
     /// joins the runtime's path, in order.
     fn hand_over(&mut self, flights: Vec<Flight>, waiting: Vec<(NewMessage, u32)>) {
@@ -626,7 +690,21 @@ fn weight(message: &NewMessage) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::enabled;
+    use super::{enabled, OwnedByThread};
+
+    #[test]
+    fn the_state_is_reached_on_its_owner_thread_only() {
+        let mut value = 7u32;
+        let owned = OwnedByThread::new(&mut value as *mut u32);
+        assert_eq!(owned.get(), Some(&mut value as *mut u32));
+        let elsewhere = std::thread::scope(|scope| {
+            scope
+                .spawn(|| owned.get().is_some())
+                .join()
+                .expect("the thread ran")
+        });
+        assert!(!elsewhere);
+    }
 
     #[test]
     fn only_an_explicit_no_turns_the_direct_path_off() {

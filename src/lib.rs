@@ -640,7 +640,9 @@ mod exports {
         #[napi(catch_unwind)]
         pub fn begin_close(&self) {
             // Batches in flight on the direct path go on, as the same batches, on the runtime.
-            drop(self.direct.lock().unwrap_or_else(|p| p.into_inner()).take());
+            if let Some(direct) = self.direct.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                direct.shut();
+            }
             self.queue.begin_close();
         }
 
