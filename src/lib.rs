@@ -362,12 +362,15 @@ mod exports {
         }
 
         /// Sets where sends settle: `callback` receives every batch of settled sends (once;
-        /// later calls are ignored). Call before the first `sendQueued`.
+        /// later calls are ignored). Call before the first `sendQueued`. `directSends` says
+        /// whether sends may be served on this thread's event loop: only where the host is
+        /// Node.js itself (other runtimes export libuv's names as stubs that crash).
         #[napi(catch_unwind)]
         pub fn on_sends_settled(
             &self,
             env: &Env,
             callback: napi::bindgen_prelude::Function<'_, SettledSends, ()>,
+            direct_sends: Option<bool>,
         ) -> napi::Result<()> {
             let mut sends = self.sends.lock().unwrap_or_else(|p| p.into_inner());
             if sends.is_some() {
@@ -408,6 +411,9 @@ mod exports {
                 to_runtime: to_runtime.clone(),
                 tsfn,
             });
+            if direct_sends != Some(true) {
+                return Ok(());
+            }
             // The direct path's settles reach JavaScript from its loop callbacks with no
             // threadsafe-function hop; a host without libuv (or an engine without the path)
             // just has no direct path.
