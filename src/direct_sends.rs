@@ -124,6 +124,8 @@ struct Inner {
     /// Sends of this queue on the runtime's path not settled yet.
     elsewhere: Arc<AtomicUsize>,
     event_loop: uv::LoopPtr,
+    /// The environment whose cleanup hook `on_env_teardown` is, with this state as its data.
+    env: napi::sys::napi_env,
     timer: Option<uv::Timer>,
     conn: Option<Conn>,
     connecting: Option<Connecting>,
@@ -191,6 +193,7 @@ impl DirectSends {
             to_runtime,
             elsewhere,
             event_loop: env_loop,
+            env: env.raw(),
             timer: None,
             conn: None,
             connecting: None,
@@ -198,9 +201,19 @@ impl DirectSends {
             waiting: Vec::new(),
             closed: false,
         }));
-        // SAFETY: `inner` is alive until Drop, which closes the timer first; not shared yet.
+        // SAFETY: `inner` is alive until Drop, which removes the hook and closes the timer
+        // first; not shared yet. On the environment's thread, inside a napi call.
         unsafe {
             (*inner).handle_data = inner as *mut c_void;
+            let hooked = napi::sys::napi_add_env_cleanup_hook(
+                env.raw(),
+                Some(on_env_teardown),
+                inner as *mut c_void,
+            );
+            if hooked != napi::sys::Status::napi_ok {
+                drop(Box::from_raw(inner));
+                return None;
+            }
             (*inner).timer = uv::Timer::new(env_loop, inner as *mut c_void);
         }
         Some(Self {
@@ -239,25 +252,35 @@ impl DirectSends {
 
 impl Drop for DirectSends {
     /// Reached without `shut` only when the JavaScript environment is torn down (the queue's
-    /// settle callback keeps the queue alive until then). By that time napi-rs may have shut
-    /// the async runtime down (it does so in the environment's cleanup hook, before the
-    /// finalizers run, when no other thread holds the addon), so nothing is handed to it:
-    /// what is left fails here, and nobody is left to tell.
+    /// settle callback keeps the queue alive until then), after `on_env_teardown`.
     fn drop(&mut self) {
         let Some(pointer) = self.inner.get() else {
             // Another thread's loop may still call back into the state: it is left alive
             // (leaked) rather than freed under it.
             return;
         };
-        // SAFETY: from Box::into_raw in `new`, on its owner thread. Its poll handle is closed
-        // (by `abandon`) and its timer is closed here, so no callback can reach it any more.
-        let mut inner = unsafe { Box::from_raw(pointer) };
-        inner.closed = true;
-        inner.abandon();
-        if let Some(mut timer) = inner.timer.take() {
-            timer.close();
+        // SAFETY: from Box::into_raw in `new`, on its owner thread. The hook is removed (a
+        // no-op once it has run), the poll handle closed by `abandon` and the timer here, so
+        // nothing can reach the state any more.
+        unsafe {
+            napi::sys::napi_remove_env_cleanup_hook(
+                (*pointer).env,
+                Some(on_env_teardown),
+                pointer as *mut c_void,
+            );
+            Box::from_raw(pointer).end_here();
         }
     }
+}
+
+/// The environment is being torn down: napi-rs may shut the async runtime down in a cleanup
+/// hook of its own (when no other thread holds the addon), and the loop turns that run
+/// during teardown could still call back into the state, so everything ends here, with
+/// nothing handed to the runtime.
+unsafe extern "C" fn on_env_teardown(data: *mut c_void) {
+    // SAFETY: the hook's data is the state, alive until Drop removes the hook; on the
+    // environment's thread, outside any napi call.
+    unsafe { (*(data as *mut Inner)).end_here() };
 }
 
 unsafe extern "C" fn on_poll(
@@ -608,9 +631,19 @@ impl Inner {
         self.hand_over(flights, waiting);
     }
 
+    /// Ends the direct path for good with no runtime to turn to (see `on_env_teardown`):
+    /// the handles closed, and what was in flight or waiting failed where it is.
+    fn end_here(&mut self) {
+        self.closed = true;
+        self.abandon();
+        if let Some(mut timer) = self.timer.take() {
+            timer.close();
+        }
+    }
+
     /// Gives the connection up with no runtime to turn to: every batch in flight and every
-    /// waiting send fails here, seen in the queue's last error only (see `DirectSends`'s
-    /// Drop: no JavaScript is left to settle them for).
+    /// waiting send fails here, seen in the queue's last error only (no JavaScript is left
+    /// to settle them for).
     fn abandon(&mut self) {
         if let Some(timer) = &self.timer {
             timer.stop();
