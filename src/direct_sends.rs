@@ -17,6 +17,7 @@
 use crate::completions::Settled;
 use crate::engine::NewMessage;
 use crate::error::{Error, Result};
+use crate::owned_by_thread::OwnedByThread;
 use crate::queue::Queue;
 use crate::uv;
 use futures_util::future::BoxFuture;
@@ -26,7 +27,6 @@ use std::io::{ErrorKind, Read, Write};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 /// How a batch's reply came out.
@@ -141,31 +141,6 @@ struct Inner {
 /// the state), so at most one borrow of it is ever alive.
 pub struct DirectSends {
     inner: OwnedByThread<Inner>,
-}
-
-/// A pointer reached only on the thread that made it: elsewhere there is none.
-struct OwnedByThread<T> {
-    pointer: *mut T,
-    owner: ThreadId,
-}
-
-// SAFETY: the pointer is handed out on its owner thread only, so moving or sharing this
-// across threads reaches nothing (the direct path's state sits in a Send + Sync napi object;
-// its libuv callbacks run on the owner thread).
-unsafe impl<T> Send for OwnedByThread<T> {}
-unsafe impl<T> Sync for OwnedByThread<T> {}
-
-impl<T> OwnedByThread<T> {
-    fn new(pointer: *mut T) -> Self {
-        Self {
-            pointer,
-            owner: std::thread::current().id(),
-        }
-    }
-
-    fn get(&self) -> Option<*mut T> {
-        (std::thread::current().id() == self.owner).then_some(self.pointer)
-    }
 }
 
 impl DirectSends {
@@ -723,21 +698,7 @@ fn weight(message: &NewMessage) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::{enabled, OwnedByThread};
-
-    #[test]
-    fn the_state_is_reached_on_its_owner_thread_only() {
-        let mut value = 7u32;
-        let owned = OwnedByThread::new(&mut value as *mut u32);
-        assert_eq!(owned.get(), Some(&mut value as *mut u32));
-        let elsewhere = std::thread::scope(|scope| {
-            scope
-                .spawn(|| owned.get().is_some())
-                .join()
-                .expect("the thread ran")
-        });
-        assert!(!elsewhere);
-    }
+    use super::enabled;
 
     #[test]
     fn only_an_explicit_no_turns_the_direct_path_off() {

@@ -21,6 +21,7 @@ pub mod js_message;
 pub mod js_text;
 pub mod loop_callback;
 pub mod outage;
+pub mod owned_by_thread;
 pub mod prefetch;
 pub mod queue;
 pub mod redis;
