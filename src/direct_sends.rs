@@ -216,7 +216,7 @@ impl DirectSends {
 
     /// No more direct sends: batches in flight are handed to the runtime (as the same batch),
     /// the connection closed. Only while the environment lives: the runtime may be gone
-    /// once it is torn down (see Drop).
+    /// once it is torn down (see `on_env_teardown`).
     pub fn shut(&self) {
         let Some(inner) = self.inner() else { return };
         inner.closed = true;
@@ -235,8 +235,8 @@ impl Drop for DirectSends {
             return;
         };
         // SAFETY: from Box::into_raw in `new`, on its owner thread. The hook is removed (a
-        // no-op once it has run), the poll handle closed by `abandon` and the timer here, so
-        // nothing can reach the state any more.
+        // no-op once it has run) and `end_here` closes both handles, so nothing can reach
+        // the state any more.
         unsafe {
             napi::sys::napi_remove_env_cleanup_hook(
                 (*pointer).env,
@@ -607,21 +607,12 @@ impl Inner {
     }
 
     /// Ends the direct path for good with no runtime to turn to (see `on_env_teardown`):
-    /// the handles closed, and what was in flight or waiting failed where it is.
+    /// the handles closed, and every batch in flight and every waiting send failed here,
+    /// seen in the queue's last error only (no JavaScript is left to settle them for).
     fn end_here(&mut self) {
         self.closed = true;
-        self.abandon();
         if let Some(mut timer) = self.timer.take() {
             timer.close();
-        }
-    }
-
-    /// Gives the connection up with no runtime to turn to: every batch in flight and every
-    /// waiting send fails here, seen in the queue's last error only (no JavaScript is left
-    /// to settle them for).
-    fn abandon(&mut self) {
-        if let Some(timer) = &self.timer {
-            timer.stop();
         }
         let mut lost = self.waiting.len();
         self.waiting.clear();
