@@ -22,9 +22,11 @@ export declare class NativeQueue {
   setup(): Promise<void>
   /**
    * Sets where sends settle: `callback` receives every batch of settled sends (once;
-   * later calls are ignored). Call before the first `sendQueued`.
+   * later calls are ignored). Call before the first `sendQueued`. `directSends` says
+   * whether sends may be served on this thread's event loop: only where the host is
+   * Node.js itself (other runtimes export libuv's names as stubs that crash).
    */
-  onSendsSettled(callback: (arg: SettledSends) => void): void
+  onSendsSettled(callback: (arg: SettledSends) => void, directSends?: boolean | undefined | null): void
   /**
    * Stores one message as send `seq`; sends in flight together share one INSERT and
    * keep the order of the calls. The id (or the failure) comes back through the

@@ -1,6 +1,10 @@
 'use strict';
 
 const { fromNative, nativeSync } = require('./errors');
+const { isNodeHost } = require('./host');
+
+/** Sends served on the event loop's own thread (src/direct_sends.rs) need Node.js's libuv. */
+const DIRECT_SENDS = isNodeHost();
 
 /**
  * A queue's sends as promises, settled in batches: each send is queued by a sync native call
@@ -30,7 +34,7 @@ class SendPipe {
    */
   send(body, headers, delayMs) {
     if (!this.#started) {
-      nativeSync(() => this.#queue.onSendsSettled((settled) => this.#settle(settled)));
+      nativeSync(() => this.#queue.onSendsSettled((settled) => this.#settle(settled), DIRECT_SENDS));
       this.#started = true;
     }
     const seq = this.#next;

@@ -17,6 +17,7 @@
 use crate::completions::Settled;
 use crate::engine::NewMessage;
 use crate::error::{Error, Result};
+use crate::owned_by_thread::OwnedByThread;
 use crate::queue::Queue;
 use crate::uv;
 use futures_util::future::BoxFuture;
@@ -110,6 +111,9 @@ struct Conn {
 }
 
 struct Inner {
+    /// This state's own address, as `Box::into_raw` gave it: the data of its libuv handles,
+    /// whose callbacks make their borrow from it (never from a borrow that ends).
+    handle_data: *mut c_void,
     wire: Arc<dyn DirectWire>,
     queue: Arc<Queue>,
     report: Report,
@@ -120,6 +124,8 @@ struct Inner {
     /// Sends of this queue on the runtime's path not settled yet.
     elsewhere: Arc<AtomicUsize>,
     event_loop: uv::LoopPtr,
+    /// The environment whose cleanup hook `on_env_teardown` is, with this state as its data.
+    env: napi::sys::napi_env,
     timer: Option<uv::Timer>,
     conn: Option<Conn>,
     connecting: Option<Connecting>,
@@ -128,18 +134,14 @@ struct Inner {
     closed: bool,
 }
 
-/// One queue's direct path. Lives on the JavaScript thread: every method is called there,
-/// and so are the loop's callbacks. Settles are gathered while the state is borrowed and
-/// reported after the borrow ends (the loop's callbacks call JavaScript, which may send or
-/// close, re-entering the state), so at most one borrow of it is ever alive.
+/// One queue's direct path. Lives on the JavaScript thread that made it: its loop's
+/// callbacks run there, and a call from any other thread touches nothing (a send takes the
+/// runtime's path). Settles are gathered while the state is borrowed and reported after the
+/// borrow ends (the loop's callbacks call JavaScript, which may send or close, re-entering
+/// the state), so at most one borrow of it is ever alive.
 pub struct DirectSends {
-    inner: *mut Inner,
+    inner: OwnedByThread<Inner>,
 }
-
-// SAFETY: only ever used on the JavaScript thread that made it (napi calls and that
-// thread's libuv callbacks); it sits in a Send + Sync napi object.
-unsafe impl Send for DirectSends {}
-unsafe impl Sync for DirectSends {}
 
 impl DirectSends {
     /// The direct path of `queue`, if its engine has one and the host has libuv.
@@ -157,6 +159,7 @@ impl DirectSends {
         }
         let wire = queue.engine().clone().direct_wire()?;
         let inner = Box::into_raw(Box::new(Inner {
+            handle_data: std::ptr::null_mut(),
             wire,
             queue,
             report,
@@ -165,6 +168,7 @@ impl DirectSends {
             to_runtime,
             elsewhere,
             event_loop: env_loop,
+            env: env.raw(),
             timer: None,
             conn: None,
             connecting: None,
@@ -172,32 +176,49 @@ impl DirectSends {
             waiting: Vec::new(),
             closed: false,
         }));
-        // SAFETY: `inner` is alive until Drop, which closes the timer first; not shared yet.
+        // SAFETY: `inner` is alive until Drop, which removes the hook and closes the timer
+        // first; not shared yet. On the environment's thread, inside a napi call.
         unsafe {
+            (*inner).handle_data = inner as *mut c_void;
+            let hooked = napi::sys::napi_add_env_cleanup_hook(
+                env.raw(),
+                Some(on_env_teardown),
+                inner as *mut c_void,
+            );
+            if hooked != napi::sys::Status::napi_ok {
+                drop(Box::from_raw(inner));
+                return None;
+            }
             (*inner).timer = uv::Timer::new(env_loop, inner as *mut c_void);
         }
-        Some(Self { inner })
+        Some(Self {
+            inner: OwnedByThread::new(inner),
+        })
     }
 
+    /// The state, on the thread that owns it only.
     #[allow(clippy::mut_from_ref)] // one thread, one borrow at a time: see the struct
-    fn inner(&self) -> &mut Inner {
-        // SAFETY: as the struct says; alive until Drop.
-        unsafe { &mut *self.inner }
+    fn inner(&self) -> Option<&mut Inner> {
+        // SAFETY: as the struct says; alive until Drop, and reached on its owner thread only.
+        self.inner.get().map(|inner| unsafe { &mut *inner })
     }
 
     /// Takes send `seq` if the direct path can serve it now (the message is handed back
     /// otherwise); an error for a send `Queue::send` would refuse at once.
     pub fn try_send(&self, seq: u32, message: NewMessage) -> Result<Option<NewMessage>> {
-        let inner = self.inner();
+        let Some(inner) = self.inner() else {
+            return Ok(Some(message));
+        };
         let taken = inner.try_send(seq, message);
         inner.report_queued();
         taken
     }
 
     /// No more direct sends: batches in flight are handed to the runtime (as the same batch),
-    /// the connection closed.
+    /// the connection closed. Only while the environment lives: the runtime may be gone
+    /// once it is torn down (see `on_env_teardown`).
     pub fn shut(&self) {
-        let inner = self.inner();
+        let Some(inner) = self.inner() else { return };
         inner.closed = true;
         inner.fail();
         inner.report_queued();
@@ -205,15 +226,36 @@ impl DirectSends {
 }
 
 impl Drop for DirectSends {
+    /// Reached without `shut` only when the JavaScript environment is torn down (the queue's
+    /// settle callback keeps the queue alive until then), after `on_env_teardown`.
     fn drop(&mut self) {
-        self.shut();
-        // SAFETY: from Box::into_raw in `new`; its poll handle is closed (by `shut`) and its
-        // timer is closed here, so no callback can reach it any more.
-        let mut inner = unsafe { Box::from_raw(self.inner) };
-        if let Some(mut timer) = inner.timer.take() {
-            timer.close();
+        let Some(pointer) = self.inner.get() else {
+            // Another thread's loop may still call back into the state: it is left alive
+            // (leaked) rather than freed under it.
+            return;
+        };
+        // SAFETY: from Box::into_raw in `new`, on its owner thread. The hook is removed (a
+        // no-op once it has run) and `end_here` closes both handles, so nothing can reach
+        // the state any more.
+        unsafe {
+            napi::sys::napi_remove_env_cleanup_hook(
+                (*pointer).env,
+                Some(on_env_teardown),
+                pointer as *mut c_void,
+            );
+            Box::from_raw(pointer).end_here();
         }
     }
+}
+
+/// The environment is being torn down: napi-rs may shut the async runtime down in a cleanup
+/// hook of its own (when no other thread holds the addon), and the loop turns that run
+/// during teardown could still call back into the state, so everything ends here, with
+/// nothing handed to the runtime.
+unsafe extern "C" fn on_env_teardown(data: *mut c_void) {
+    // SAFETY: the hook's data is the state, alive until Drop removes the hook; on the
+    // environment's thread, outside any napi call.
+    unsafe { (*(data as *mut Inner)).end_here() };
 }
 
 unsafe extern "C" fn on_poll(
@@ -328,9 +370,8 @@ impl Inner {
                 return;
             }
         };
-        // The handles' data is the state itself: boxed in `DirectSends::new`, never moved.
-        let data = self as *mut Inner as *mut c_void;
-        // SAFETY: on the loop's thread; `self` outlives the handle (closed in `fail`).
+        // SAFETY: on the loop's thread; the state outlives the handle (closed in `fail`).
+        let data = self.handle_data;
         let Some(poll) = uv::socket_of(&socket)
             .and_then(|fd| unsafe { uv::Poll::new(self.event_loop, fd, data) })
         else {
@@ -563,6 +604,28 @@ impl Inner {
             self.retry_at = Some(Instant::now() + RETRY_AFTER);
         }
         self.hand_over(flights, waiting);
+    }
+
+    /// Ends the direct path for good with no runtime to turn to (see `on_env_teardown`):
+    /// the handles closed, and every batch in flight and every waiting send failed here,
+    /// seen in the queue's last error only (no JavaScript is left to settle them for).
+    fn end_here(&mut self) {
+        self.closed = true;
+        if let Some(mut timer) = self.timer.take() {
+            timer.close();
+        }
+        let mut lost = self.waiting.len();
+        self.waiting.clear();
+        if let Some(mut conn) = self.conn.take() {
+            conn.poll.close();
+            lost += conn.flights.drain(..).map(|f| f.seqs.len()).sum::<usize>();
+        }
+        self.ready.clear();
+        if lost > 0 {
+            self.queue.note_send_failed(&Error::transport(format!(
+                "{lost} send(s) were in flight when their JavaScript environment was torn down (they may have been stored)."
+            )));
+        }
     }
 
     /// Sends `flights` again on the runtime, as the same batches; `waiting` (never written)

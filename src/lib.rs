@@ -21,6 +21,7 @@ pub mod js_message;
 pub mod js_text;
 pub mod loop_callback;
 pub mod outage;
+pub mod owned_by_thread;
 pub mod prefetch;
 pub mod queue;
 pub mod redis;
@@ -393,12 +394,15 @@ mod exports {
         }
 
         /// Sets where sends settle: `callback` receives every batch of settled sends (once;
-        /// later calls are ignored). Call before the first `sendQueued`.
+        /// later calls are ignored). Call before the first `sendQueued`. `directSends` says
+        /// whether sends may be served on this thread's event loop: only where the host is
+        /// Node.js itself (other runtimes export libuv's names as stubs that crash).
         #[napi(catch_unwind)]
         pub fn on_sends_settled(
             &self,
             env: &Env,
             callback: napi::bindgen_prelude::Function<'_, SettledSends, ()>,
+            direct_sends: Option<bool>,
         ) -> napi::Result<()> {
             let mut sends = self.sends.lock().unwrap_or_else(|p| p.into_inner());
             if sends.is_some() {
@@ -439,6 +443,9 @@ mod exports {
                 to_runtime: to_runtime.clone(),
                 tsfn,
             });
+            if direct_sends != Some(true) {
+                return Ok(());
+            }
             // The direct path's settles reach JavaScript from its loop callbacks with no
             // threadsafe-function hop; a host without libuv (or an engine without the path)
             // just has no direct path.
@@ -679,7 +686,9 @@ mod exports {
         #[napi(catch_unwind)]
         pub fn begin_close(&self) {
             // Batches in flight on the direct path go on, as the same batches, on the runtime.
-            drop(self.direct.lock().unwrap_or_else(|p| p.into_inner()).take());
+            if let Some(direct) = self.direct.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                direct.shut();
+            }
             self.queue.begin_close();
         }
 
