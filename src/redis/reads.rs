@@ -341,12 +341,16 @@ impl RedisQueue {
                 if entries.is_empty() {
                     Ok(WaitOutcome::TimedOut)
                 } else {
-                    let messages = self.accept_entries(entries).await?;
-                    if messages.is_empty() {
+                    match self.accept_entries(entries).await {
                         // Only foreign entries, now removed: the next claim looks again.
-                        Ok(WaitOutcome::Woken)
-                    } else {
-                        Ok(WaitOutcome::Claimed(messages))
+                        Ok(messages) if messages.is_empty() => Ok(WaitOutcome::Woken),
+                        Ok(messages) => Ok(WaitOutcome::Claimed(messages)),
+                        // The discard of foreign entries failed: the read's own entries sit
+                        // in our pending list, handed to nobody; the next claim re-reads it.
+                        Err(err) => {
+                            self.lost_a_read();
+                            Err(err)
+                        }
                     }
                 }
             }
