@@ -173,9 +173,10 @@ impl RedisQueue {
     ) -> Result<Vec<String>> {
         // A connection found closed (the server dropped it while idle: a restart, a
         // CLIENT KILL; or just after it ran the batch) is re-made and the same batch sent
-        // once more: a batch is stored once however often it is sent. A timeout is not
-        // re-sent (the server may still be working on it; the error says it may have been
-        // stored).
+        // once more, if a first copy would be found (see `SendBatch::repeatable`): then it is
+        // stored once however often it is sent. Otherwise (a cluster's XADDs), and after a
+        // timeout (the server may still be working on it), the error says it may have been
+        // stored.
         // A redirect proves the command did not run: it is sent again, with backoff,
         // while a migrating slot settles (the client follows only a couple by itself).
         let mut redirects = Backoff::new(REDIRECT_PAUSE, MAX_REDIRECT_PAUSE);
@@ -188,7 +189,8 @@ impl RedisQueue {
                     tokio::time::sleep(redirects.next_pause()).await;
                 }
                 Err(failure)
-                    if failure.dropped && !resent && self.contacted.load(Ordering::Acquire) =>
+                    if failure.may_send_again(&batch, resent)
+                        && self.contacted.load(Ordering::Acquire) =>
                 {
                     resent = true;
                 }
