@@ -171,6 +171,7 @@ export interface NativeStats {
   lastClaimMs: number
   reconnects: number
   staleSettles: number
+  trackedIds: number
   lastError?: string
 }
 

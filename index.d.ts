@@ -63,6 +63,12 @@ export interface TransportStats {
    * had taken the message over: ignored (fenced), they deleted and copied nothing.
    */
   readonly staleSettles: number;
+  /**
+   * Claimed message ids the engine keeps for this instance (a Redis consumer's own pending
+   * entries that it holds): bounded by what it claimed recently, whatever was given up or
+   * taken over by other consumers.
+   */
+  readonly trackedIds: number;
   /** The message of the last error met, or null (never a password). */
   readonly lastError: string | null;
 }

@@ -27,6 +27,7 @@ const ZERO = {
   lastClaimMs: 0,
   reconnects: 0,
   staleSettles: 0,
+  trackedIds: 0,
   lastError: null,
 };
 

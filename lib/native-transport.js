@@ -266,6 +266,7 @@ class NativeTransport {
       lastClaimMs: s.lastClaimMs,
       reconnects: s.reconnects,
       staleSettles: s.staleSettles,
+      trackedIds: s.trackedIds,
       lastError: s.lastError ?? null,
     };
   }

@@ -112,6 +112,7 @@ mod exports {
         pub last_claim_ms: f64,
         pub reconnects: f64,
         pub stale_settles: f64,
+        pub tracked_ids: f64,
         pub last_error: Option<String>,
     }
 
@@ -612,6 +613,7 @@ mod exports {
                 last_claim_ms: s.last_claim_ms,
                 reconnects: s.reconnects as f64,
                 stale_settles: s.stale_settles as f64,
+                tracked_ids: s.tracked_ids as f64,
                 last_error: s.last_error,
             }
         }

@@ -53,6 +53,7 @@ pub struct Counters {
     watching: AtomicBool,
     events: Mutex<VecDeque<Event>>,
     events_dropped: AtomicU64,
+    tracked_ids: AtomicU64,
 }
 
 /// One reading of a queue's counters and buffers.
@@ -81,6 +82,9 @@ pub struct Snapshot {
     pub reconnects: u64,
     /// Settles that came after this process's claim had been taken over (ignored).
     pub stale_settles: u64,
+    /// Claimed ids the engine keeps for this instance's claims (a Redis consumer's pending
+    /// entries it holds); stays within what was claimed recently.
+    pub tracked_ids: u64,
     /// The last error met (its message carries no secret: errors are redacted when made).
     pub last_error: Option<String>,
 }
@@ -104,6 +108,10 @@ impl Counters {
 
     pub fn rejected(&self) {
         self.rejected.fetch_add(1, Relaxed);
+    }
+
+    pub fn track_ids(&self, count: usize) {
+        self.tracked_ids.store(count as u64, Relaxed);
     }
 
     pub fn reconnected(&self) {
@@ -164,6 +172,7 @@ impl Counters {
             last_claim_size: self.last_claim_size.load(Relaxed),
             last_claim_ms: self.last_claim_micros.load(Relaxed) as f64 / 1000.0,
             reconnects: self.reconnects.load(Relaxed),
+            tracked_ids: self.tracked_ids.load(Relaxed),
             last_error: self
                 .last_error
                 .lock()

@@ -5,6 +5,7 @@
 //! leave it closes them; the blocking connection is the consumer's own.
 
 use super::connection::{Conn, ConnectOptions, Target};
+use super::delivered::Delivered;
 use super::errors::classify;
 use super::replies::{as_i64, complete, is_stream_id, parse_entries};
 use super::slot;
@@ -17,7 +18,6 @@ use crate::targets::Targets;
 use crate::wake::{WaitOutcome, WakeBoard, WakeSignal};
 use futures_util::future::BoxFuture;
 use redis::Value;
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
@@ -81,8 +81,8 @@ pub struct RedisQueue {
     /// This consumer's connection for blocking reads, and its `CLIENT ID` on a single node
     /// (so a block can be ended early with `CLIENT UNBLOCK` instead of dropping the connection).
     pub(super) blocking: tokio::sync::Mutex<Option<(Conn, Option<i64>)>>,
-    /// Ids handed to JavaScript and not settled yet (excluded when re-reading our own PEL).
-    pub(super) delivered: Mutex<HashSet<String>>,
+    /// Entries of our pending list the queue holds (skipped when re-reading it).
+    pub(super) delivered: Mutex<Delivered>,
     /// Where the next claim re-reads our own pending entries from: `0` after a read whose
     /// reply may have been lost (entries it took sit in our PEL), the last id re-read while a
     /// re-read still finds full pages; `None` when there is nothing to re-read.
@@ -173,9 +173,10 @@ impl RedisQueue {
     ) -> Result<Vec<String>> {
         // A connection found closed (the server dropped it while idle: a restart, a
         // CLIENT KILL; or just after it ran the batch) is re-made and the same batch sent
-        // once more: a batch is stored once however often it is sent. A timeout is not
-        // re-sent (the server may still be working on it; the error says it may have been
-        // stored).
+        // once more, if a first copy would be found (see `SendBatch::repeatable`): then it is
+        // stored once however often it is sent. Otherwise (a cluster's XADDs), and after a
+        // timeout (the server may still be working on it), the error says it may have been
+        // stored.
         // A redirect proves the command did not run: it is sent again, with backoff,
         // while a migrating slot settles (the client follows only a couple by itself).
         let mut redirects = Backoff::new(REDIRECT_PAUSE, MAX_REDIRECT_PAUSE);
@@ -188,7 +189,8 @@ impl RedisQueue {
                     tokio::time::sleep(redirects.next_pause()).await;
                 }
                 Err(failure)
-                    if failure.dropped && !resent && self.contacted.load(Ordering::Acquire) =>
+                    if failure.may_send_again(&batch, resent)
+                        && self.contacted.load(Ordering::Acquire) =>
                 {
                     resent = true;
                 }
@@ -209,6 +211,28 @@ impl RedisQueue {
             self.delayed_added.wake();
         }
         Ok(ids)
+    }
+
+    /// Acks and deletes: by id those without a token (`find()` results), fenced by our
+    /// pending ownership the others; returns how many fenced ones were no longer ours.
+    async fn delete_held(&self, held: Vec<Held>) -> Result<u64> {
+        let (fenced, by_id): (Vec<Held>, Vec<Held>) = held
+            .into_iter()
+            .filter(|h| is_stream_id(&h.id))
+            .partition(|h| h.token.is_some());
+        let by_id: Vec<String> = by_id.into_iter().map(|h| h.id).collect();
+        if !by_id.is_empty() {
+            self.with_reconnect(|| self.ack_and_delete(by_id.clone(), "ack"))
+                .await?;
+        }
+        if fenced.is_empty() {
+            return Ok(0);
+        }
+        let fenced: Vec<String> = fenced.into_iter().map(|h| h.id).collect();
+        let settled = self
+            .with_reconnect(|| self.settle_own(&fenced, "ack"))
+            .await?;
+        Ok((fenced.len() as u64).saturating_sub(settled))
     }
 }
 
@@ -282,27 +306,15 @@ impl Engine for RedisQueue {
         Box::pin(async move {
             // Forgotten once written: until then a re-read of our own pending entries (after a
             // failed claim) must still skip them, or an ack waiting out an outage would see its
-            // message delivered again.
+            // message delivered again. Each attempt names them as still held.
             let ids: Vec<String> = held.iter().map(|h| h.id.clone()).collect();
-            let (fenced, by_id): (Vec<Held>, Vec<Held>) = held
-                .into_iter()
-                .filter(|h| is_stream_id(&h.id))
-                .partition(|h| h.token.is_some());
-            let by_id: Vec<String> = by_id.into_iter().map(|h| h.id).collect();
-            if !by_id.is_empty() {
-                self.with_reconnect(|| self.ack_and_delete(by_id.clone(), "ack"))
-                    .await?;
+            self.name_delivered(&ids);
+            let written = self.delete_held(held).await;
+            match written {
+                Ok(_) => self.forget_delivered(&ids),
+                Err(_) => self.name_delivered(&ids),
             }
-            let mut stale = 0;
-            if !fenced.is_empty() {
-                let fenced: Vec<String> = fenced.into_iter().map(|h| h.id).collect();
-                let settled = self
-                    .with_reconnect(|| self.settle_own(&fenced, "ack"))
-                    .await?;
-                stale = (fenced.len() as u64).saturating_sub(settled);
-            }
-            self.forget_delivered(&ids);
-            Ok(stale)
+            written
         })
     }
 
@@ -338,8 +350,16 @@ impl Engine for RedisQueue {
     fn keep_claimed(&self, held: Vec<Held>) -> BoxFuture<'_, Result<Vec<Held>>> {
         Box::pin(async move {
             let ids: Vec<String> = held.iter().map(|h| h.id.clone()).collect();
-            let renewed = self.renew_own(&ids, Duration::ZERO, "reclaim").await?;
-            let renewed: std::collections::HashSet<String> = renewed.into_iter().collect();
+            // Held by the queue whatever the answer: named before and after (an answer can
+            // take up to the connect timeout).
+            self.name_delivered(&ids);
+            let renewed = self.renew_own(&ids, Duration::ZERO, "reclaim").await;
+            self.name_delivered(&ids);
+            let renewed: std::collections::HashSet<String> = renewed?.into_iter().collect();
+            // Not ours any more (another consumer took them over, or they were settled): the
+            // queue drops them, and nothing of ours is left to skip.
+            let lost: Vec<String> = ids.into_iter().filter(|id| !renewed.contains(id)).collect();
+            self.forget_delivered(&lost);
             Ok(held
                 .into_iter()
                 .filter(|h| renewed.contains(&h.id))

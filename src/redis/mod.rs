@@ -4,13 +4,15 @@
 //! promoted atomically on Redis's clock, and stalled entries reclaimed periodically.
 //!
 //! One concern per file: `engine` (the queue, the shared deployment and the `Engine` impl),
-//! `reads` (claims, XAUTOCLAIM, blocking reads), `writes` (sends, delayed adds, rejects,
+//! `reads` (claims, XAUTOCLAIM, blocking reads), `delivered` (the
+//! pending entries the queue holds, which re-reads skip), `writes` (sends, delayed adds, rejects,
 //! acks), `replies` (reply parsing, no I/O), `errors` (classification, what is ridden out),
 //! `connection` (node, TLS, cluster), `slot` (cluster key slots), `direct` (a single node's
 //! sends on the JavaScript thread) and `resp` (reading its replies); the Lua scripts are in
 //! `scripts/`.
 
 pub mod connection;
+mod delivered;
 mod direct;
 mod engine;
 mod errors;

@@ -8,6 +8,7 @@
 //! foreign entries (no `body`/`headers`) are removed, so they never loop.
 
 use super::connection::Conn;
+use super::delivered::Delivered;
 use super::engine::RedisQueue;
 use super::replies::{
     as_i64, as_string, parse_autoclaim_reply, parse_read_reply, read_reply_page, Entry,
@@ -61,10 +62,9 @@ impl RedisQueue {
         if !foreign.is_empty() {
             self.ack_and_delete(foreign, "discard").await?;
         }
-        let mut delivered = self.delivered.lock().unwrap_or_else(|p| p.into_inner());
-        for m in &messages {
-            delivered.insert(m.id.clone());
-        }
+        self.delivered()
+            .hold(messages.iter().map(|m| m.id.clone()), Instant::now());
+        self.note_tracked();
         Ok(messages)
     }
 
@@ -122,10 +122,11 @@ impl RedisQueue {
             .take();
         let reclaiming = self.reclaim_due();
         let delivered = if recovering.is_some() || reclaiming {
-            self.delivered
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone()
+            let held = self
+                .delivered()
+                .still_held(Instant::now(), self.config.claim_idle);
+            self.note_tracked();
+            held
         } else {
             HashSet::new()
         };
@@ -167,11 +168,25 @@ impl RedisQueue {
         self.accept_entries(entries).await
     }
 
+    fn delivered(&self) -> std::sync::MutexGuard<'_, Delivered> {
+        self.delivered.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// These entries are settled or given back: no longer ours to skip when re-reading.
     pub(super) fn forget_delivered(&self, ids: &[String]) {
-        let mut delivered = self.delivered.lock().unwrap_or_else(|p| p.into_inner());
-        for id in ids {
-            delivered.remove(id);
+        self.delivered().forget(ids);
+        self.note_tracked();
+    }
+
+    /// The queue still holds these entries (see `Delivered`).
+    pub(super) fn name_delivered(&self, ids: &[String]) {
+        self.delivered().name(ids, Instant::now());
+    }
+
+    /// Shows how many entries are kept as held in `stats()`.
+    fn note_tracked(&self) {
+        if let Some(counters) = self.counters.get() {
+            counters.track_ids(self.delivered().len());
         }
     }
 
@@ -341,12 +356,16 @@ impl RedisQueue {
                 if entries.is_empty() {
                     Ok(WaitOutcome::TimedOut)
                 } else {
-                    let messages = self.accept_entries(entries).await?;
-                    if messages.is_empty() {
+                    match self.accept_entries(entries).await {
                         // Only foreign entries, now removed: the next claim looks again.
-                        Ok(WaitOutcome::Woken)
-                    } else {
-                        Ok(WaitOutcome::Claimed(messages))
+                        Ok(messages) if messages.is_empty() => Ok(WaitOutcome::Woken),
+                        Ok(messages) => Ok(WaitOutcome::Claimed(messages)),
+                        // The discard of foreign entries failed: the read's own entries sit
+                        // in our pending list, handed to nobody; the next claim re-reads it.
+                        Err(err) => {
+                            self.lost_a_read();
+                            Err(err)
+                        }
                     }
                 }
             }

@@ -55,6 +55,12 @@ impl SendBatch {
             .collect();
         Self { marker, nonces }
     }
+
+    /// Whether a second attempt can find what a first one stored: due messages need the
+    /// marker, delayed ones are their own (a member with its nonce is added once).
+    pub(super) fn repeatable(&self) -> bool {
+        self.marker.is_some() || self.nonces.iter().all(Option::is_some)
+    }
 }
 
 /// The insert script's text (loaded on a connection ahead of its first send).
@@ -88,6 +94,15 @@ pub(super) struct InsertFailure {
     /// CLUSTERDOWN) the client did not follow through: it did not run, and may be sent again
     /// once the slot has settled.
     pub redirected: bool,
+}
+
+impl InsertFailure {
+    /// Whether the batch whose attempt failed so may be sent once more: only when the
+    /// connection was found closed, not already after a repeat, and when a copy the failed
+    /// attempt may have stored would be found rather than stored twice.
+    pub(super) fn may_send_again(&self, batch: &SendBatch, resent: bool) -> bool {
+        self.dropped && !resent && batch.repeatable()
+    }
 }
 
 impl From<Error> for InsertFailure {
@@ -320,7 +335,39 @@ fn id_range(ids: &[String]) -> Option<(&str, &str)> {
 
 #[cfg(test)]
 mod tests {
-    use super::id_range;
+    use super::{id_range, InsertFailure, SendBatch};
+    use crate::engine::NewMessage;
+    use crate::error::Error;
+
+    fn message(delay_ms: f64) -> NewMessage {
+        NewMessage::new("{}".to_owned(), "{}".to_owned(), delay_ms)
+    }
+
+    fn dropped() -> InsertFailure {
+        InsertFailure {
+            dropped: true,
+            ..InsertFailure::from(Error::connection("reset"))
+        }
+    }
+
+    #[test]
+    fn a_batch_found_dropped_is_sent_again_once_when_its_first_copy_would_be_found() {
+        let single_node = SendBatch::new("messenger:s", &[message(0.0)], false);
+        assert!(dropped().may_send_again(&single_node, false));
+        assert!(!dropped().may_send_again(&single_node, true));
+        let timed_out: InsertFailure = Error::connection("timeout").into();
+        assert!(!timed_out.may_send_again(&single_node, false));
+    }
+
+    #[test]
+    fn a_cluster_batch_with_due_messages_is_not_sent_again() {
+        let due = [message(0.0), message(500.0)];
+        let cluster = SendBatch::new("messenger:{s}", &due, true);
+        assert!(!dropped().may_send_again(&cluster, false));
+        // Delayed members carry their own nonce: a repeat adds each once.
+        let delayed = SendBatch::new("messenger:{s}", &[message(500.0)], true);
+        assert!(dropped().may_send_again(&delayed, false));
+    }
 
     #[test]
     fn id_ranges_compare_stream_ids_as_numbers() {
