@@ -14,6 +14,10 @@
 //!   ([`RecentClaims`]). Another process's claim committed in that window with the same
 //!   residue is released too: its messages are delivered twice, never lost, and its
 //!   consumer's settles are fenced.
+//!   Renewals stamp `delivered_at` as well, and a renewal's message is in a handler right
+//!   now: renewals stamp the one residue no claim picks ([`RENEWAL_RESIDUE`]), so no release
+//!   can take one, whether its reply came back, is still on its way or was lost. That holds
+//!   for every consumer whose lease gives the same span (every lease of a second and more).
 //!
 //! A claim that got no answer at all within its bound (a silent network) can have run at any
 //! time since; it is not guessed at, and its rows come back at their lease.
@@ -39,10 +43,13 @@ pub fn stamp_span_ms(lease: Duration) -> i64 {
     (lease.as_millis() / 10).clamp(10, 100) as i64
 }
 
+/// The residue of every PostgreSQL renewal's stamp: never a claim's nonce.
+pub const RENEWAL_RESIDUE: i64 = 0;
+
 /// One claim attempt, and what identifies its rows if its reply is lost.
 #[derive(Debug)]
 pub struct ClaimAttempt {
-    /// The PostgreSQL stamp's residue, in `0..span_ms`.
+    /// The PostgreSQL stamp's residue, in `1..span_ms` (never [`RENEWAL_RESIDUE`]).
     pub nonce: i64,
     pub span_ms: i64,
     sent: Instant,
@@ -51,10 +58,10 @@ pub struct ClaimAttempt {
 
 impl ClaimAttempt {
     pub fn new(span_ms: i64) -> Self {
-        let span_ms = span_ms.max(1);
-        let nonce = (crate::backoff::unit_jitter() * span_ms as f64) as i64;
+        let span_ms = span_ms.max(2);
+        let nonce = 1 + (crate::backoff::unit_jitter() * (span_ms - 1) as f64) as i64;
         Self {
-            nonce: nonce.clamp(0, span_ms - 1),
+            nonce: nonce.clamp(1, span_ms - 1),
             span_ms,
             sent: Instant::now(),
             rows: Vec::new(),
@@ -175,10 +182,23 @@ mod tests {
     fn nonces_stay_in_the_span_and_match_their_stamps() {
         for _ in 0..1000 {
             let a = ClaimAttempt::new(100);
-            assert!((0..100).contains(&a.nonce));
+            assert!((1..100).contains(&a.nonce));
             let stamp_ms = 1_700_000_000_000 / 100 * 100 + a.nonce;
             assert!(a.matches(stamp_ms * 1000));
             assert!(!a.matches((stamp_ms + 1) * 1000));
+        }
+    }
+
+    #[test]
+    fn no_claim_matches_a_renewal_stamp() {
+        for span in [2, 10, 37, 100] {
+            for _ in 0..1000 {
+                let a = ClaimAttempt::new(span);
+                for bucket in [0, 1, 17_000_000_000] {
+                    let renewal_ms = bucket * span + RENEWAL_RESIDUE;
+                    assert!(!a.matches(renewal_ms * 1000), "span {span}, {a:?}");
+                }
+            }
         }
     }
 

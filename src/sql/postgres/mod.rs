@@ -261,7 +261,10 @@ impl SqlDialect for Postgres {
         })
     }
 
+    /// Stamped with the residue no claim picks: a lost claim's release never takes a live
+    /// renewal (see `claim_doubt`).
     fn renew(queue: &TableQueue<Self>, rows: Vec<HeldRow>) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
-        renew_returning(queue, &queue.sql.renew_head, &rows)
+        let head = queue.sql.renew_head(queue.stamp_span_ms());
+        renew_returning(queue, &head, &rows)
     }
 }

@@ -2,6 +2,7 @@
 //! here). The DDL is upstream's byte for byte; NOTIFY (channel = table, payload = queue) is in
 //! the statements only when `useNotify` is on.
 
+use crate::sql::claim_doubt::RENEWAL_RESIDUE;
 use crate::sql::dialect::TableStatements;
 
 /// A claim's token: `delivered_at` in whole microseconds (PostgreSQL's own resolution, so
@@ -29,11 +30,34 @@ pub struct PgStatements {
     /// `(id, body, headers, delay_ms, channel, token)` → the copy's id, or no row if `id` was
     /// gone or (with a token) claimed anew.
     pub redeliver: String,
-    /// `UPDATE … WHERE delivered_at IS NOT NULL AND `, a held-row condition appended.
-    pub renew_head: String,
+    /// `UPDATE … SET delivered_at = `, the renewal's stamp, then `renew_where`.
+    renew_set: String,
+    /// `… WHERE delivered_at IS NOT NULL AND `, a held-row condition appended.
+    renew_where: String,
     /// `release_head`, a held-row condition, `release_tail`; binds `(channel)`.
     pub release_head: String,
     pub release_tail: &'static str,
+}
+
+impl PgStatements {
+    /// `UPDATE … WHERE delivered_at IS NOT NULL AND `, a held-row condition appended: stamps
+    /// the first millisecond at or after `now()` whose residue modulo `span_ms` (the queue's
+    /// claim stamp span) is the renewal residue, which no claim picks, so that releasing a
+    /// lost claim's residue never takes a live renewal (see `claim_doubt`).
+    pub fn renew_head(&self, span_ms: i64) -> String {
+        // Integers only are inlined.
+        let stamp = stamp(&RENEWAL_RESIDUE.to_string(), &span_ms.max(1).to_string());
+        format!("{}{stamp}{}", self.renew_set, self.renew_where)
+    }
+}
+
+/// The first millisecond at or after `now()` whose residue modulo `span` is `residue` (both
+/// SQL integer expressions), as a timestamp. Integer milliseconds throughout, so the stamp is
+/// exact in the column's TIMESTAMPTZ(3).
+fn stamp(residue: &str, span: &str) -> String {
+    format!(
+        "to_timestamp(((ceil((floor(extract(epoch FROM now()) * 1000) - {residue}) / {span}) * {span} + {residue}) / 1000.0)::float8)"
+    )
 }
 
 pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
@@ -78,9 +102,7 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
             " AND $1::text IS NOT NULL",
         )
     };
-    // Integer milliseconds throughout, so the stamp is exact in the column's TIMESTAMPTZ(3).
-    // The first millisecond at or after now() with the nonce's residue.
-    let stamp = "to_timestamp(((ceil((floor(extract(epoch FROM now()) * 1000) - $4::bigint) / $5::bigint) * $5::bigint + $4::bigint) / 1000.0)::float8)";
+    let claim_stamp = stamp("$4::bigint", "$5::bigint");
     let stamped = format!(
         "queue_name = $2::text AND delivered_at >= now() - make_interval(secs => $4::float8) \
          AND delivered_at <= now() + make_interval(secs => $5::float8 / 1000 + 1) \
@@ -138,7 +160,7 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
                SELECT id FROM {t} WHERE {claimable} \
                ORDER BY available_at, delivered_at, id LIMIT $3 FOR UPDATE SKIP LOCKED \
              ), claimed AS ( \
-               UPDATE {t} AS m SET delivered_at = {stamp} FROM due WHERE m.id = due.id \
+               UPDATE {t} AS m SET delivered_at = {claim_stamp} FROM due WHERE m.id = due.id \
                RETURNING m.id, m.body, m.headers, m.available_at, {TOKEN_OF} AS token \
              ) SELECT claimed.id::text AS id, body, headers, token FROM claimed, relaxed ORDER BY claimed.available_at, claimed.id"
         ),
@@ -152,13 +174,12 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
                FROM original RETURNING id, queue_name \
              ) {redeliver_tail}"
         ),
+        renew_set: format!("UPDATE {t} SET delivered_at = "),
         // Like the claim, a renewal does not wait for its WAL flush: one lost in a crash
         // leaves the claim at its previous lease, as the crash leaves every other claim, and
         // a renewal stuck behind a busy disk would let a live handler's message lapse.
-        renew_head: format!(
-            "UPDATE {t} SET delivered_at = now() \
-             FROM (SELECT {RELAXED_COMMIT}) AS relaxed \
-             WHERE delivered_at IS NOT NULL AND "
+        renew_where: format!(
+            " FROM (SELECT {RELAXED_COMMIT}) AS relaxed WHERE delivered_at IS NOT NULL AND "
         ),
         release_stamped,
         release_head,
@@ -191,5 +212,23 @@ mod tests {
         assert!(on.insert.contains("pg_notify") && on.redeliver.contains("pg_notify"));
         assert!(!off.insert.contains("pg_notify") && !off.redeliver.contains("pg_notify"));
         assert!(on.claim.contains("FOR UPDATE SKIP LOCKED"));
+    }
+
+    #[test]
+    fn renewals_stamp_the_renewal_residue_of_the_span() {
+        let (_, sql) = statements("t", false);
+        let head = sql.renew_head(100);
+        assert!(
+            head.starts_with(&format!(
+                "UPDATE t SET delivered_at = {}",
+                stamp(&RENEWAL_RESIDUE.to_string(), "100")
+            )),
+            "{head}"
+        );
+        assert!(
+            head.ends_with("WHERE delivered_at IS NOT NULL AND "),
+            "{head}"
+        );
+        assert!(!head.contains("delivered_at = now()"), "{head}");
     }
 }
