@@ -96,16 +96,11 @@ impl<D: SqlDialect> TableQueue<D> {
         }
     }
 
-    /// The span of this queue's PostgreSQL claim and renewal stamps (see `claim_doubt`).
-    pub fn stamp_span_ms(&self) -> i64 {
-        stamp_span_ms(self.claim_lease())
-    }
-
     /// One claim attempt, after releasing the rows of earlier ones whose reply was lost. An
     /// attempt that failed without an answer is kept in doubt.
     async fn claim_once(&self, limit: u32) -> SqlResult<Vec<StoredMessage>> {
         self.release_in_doubt().await;
-        let mut attempt = ClaimAttempt::new(self.stamp_span_ms());
+        let mut attempt = ClaimAttempt::new(stamp_span_ms(self.claim_lease()));
         let result = D::claim(self, limit, &mut attempt).await;
         match &result {
             Ok(rows) => {

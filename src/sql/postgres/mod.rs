@@ -261,10 +261,9 @@ impl SqlDialect for Postgres {
         })
     }
 
-    /// Stamped with the residue no claim picks: a lost claim's release never takes a live
-    /// renewal (see `claim_doubt`).
+    /// Stamped with a whole renewal grain, which no claim's residue is: a lost claim's
+    /// release never takes a live renewal (see `claim_doubt`).
     fn renew(queue: &TableQueue<Self>, rows: Vec<HeldRow>) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
-        let head = queue.sql.renew_head(queue.stamp_span_ms());
-        renew_returning(queue, &head, &rows)
+        renew_returning(queue, &queue.sql.renew_head, &rows)
     }
 }

@@ -2,7 +2,7 @@
 //! here). The DDL is upstream's byte for byte; NOTIFY (channel = table, payload = queue) is in
 //! the statements only when `useNotify` is on.
 
-use crate::sql::claim_doubt::RENEWAL_RESIDUE;
+use crate::sql::claim_doubt::RENEWAL_GRAIN_MS;
 use crate::sql::dialect::TableStatements;
 
 /// A claim's token: `delivered_at` in whole microseconds (PostgreSQL's own resolution, so
@@ -30,25 +30,12 @@ pub struct PgStatements {
     /// `(id, body, headers, delay_ms, channel, token)` → the copy's id, or no row if `id` was
     /// gone or (with a token) claimed anew.
     pub redeliver: String,
-    /// `UPDATE … SET delivered_at = `, the renewal's stamp, then `renew_where`.
-    renew_set: String,
-    /// `… WHERE delivered_at IS NOT NULL AND `, a held-row condition appended.
-    renew_where: String,
+    /// `UPDATE … WHERE delivered_at IS NOT NULL AND `, a held-row condition appended; stamps
+    /// the first whole multiple of the renewal grain at or after `now()` (see `claim_doubt`).
+    pub renew_head: String,
     /// `release_head`, a held-row condition, `release_tail`; binds `(channel)`.
     pub release_head: String,
     pub release_tail: &'static str,
-}
-
-impl PgStatements {
-    /// `UPDATE … WHERE delivered_at IS NOT NULL AND `, a held-row condition appended: stamps
-    /// the first millisecond at or after `now()` whose residue modulo `span_ms` (the queue's
-    /// claim stamp span) is the renewal residue, which no claim picks, so that releasing a
-    /// lost claim's residue never takes a live renewal (see `claim_doubt`).
-    pub fn renew_head(&self, span_ms: i64) -> String {
-        // Integers only are inlined.
-        let stamp = stamp(&RENEWAL_RESIDUE.to_string(), &span_ms.max(1).to_string());
-        format!("{}{stamp}{}", self.renew_set, self.renew_where)
-    }
 }
 
 /// The first millisecond at or after `now()` whose residue modulo `span` is `residue` (both
@@ -103,6 +90,9 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
         )
     };
     let claim_stamp = stamp("$4::bigint", "$5::bigint");
+    // Never a claim's residue, whatever either's lease: a lost claim's release cannot take a
+    // live renewal.
+    let renewal_stamp = stamp("0", &RENEWAL_GRAIN_MS.to_string());
     let stamped = format!(
         "queue_name = $2::text AND delivered_at >= now() - make_interval(secs => $4::float8) \
          AND delivered_at <= now() + make_interval(secs => $5::float8 / 1000 + 1) \
@@ -174,12 +164,13 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
                FROM original RETURNING id, queue_name \
              ) {redeliver_tail}"
         ),
-        renew_set: format!("UPDATE {t} SET delivered_at = "),
         // Like the claim, a renewal does not wait for its WAL flush: one lost in a crash
         // leaves the claim at its previous lease, as the crash leaves every other claim, and
         // a renewal stuck behind a busy disk would let a live handler's message lapse.
-        renew_where: format!(
-            " FROM (SELECT {RELAXED_COMMIT}) AS relaxed WHERE delivered_at IS NOT NULL AND "
+        renew_head: format!(
+            "UPDATE {t} SET delivered_at = {renewal_stamp} \
+             FROM (SELECT {RELAXED_COMMIT}) AS relaxed \
+             WHERE delivered_at IS NOT NULL AND "
         ),
         release_stamped,
         release_head,
@@ -215,20 +206,18 @@ mod tests {
     }
 
     #[test]
-    fn renewals_stamp_the_renewal_residue_of_the_span() {
+    fn renewals_stamp_a_whole_grain() {
         let (_, sql) = statements("t", false);
-        let head = sql.renew_head(100);
         assert!(
-            head.starts_with(&format!(
-                "UPDATE t SET delivered_at = {}",
-                stamp(&RENEWAL_RESIDUE.to_string(), "100")
+            sql.renew_head.starts_with(&format!(
+                "UPDATE t SET delivered_at = {} ",
+                stamp("0", "10")
             )),
-            "{head}"
+            "{}",
+            sql.renew_head
         );
-        assert!(
-            head.ends_with("WHERE delivered_at IS NOT NULL AND "),
-            "{head}"
-        );
-        assert!(!head.contains("delivered_at = now()"), "{head}");
+        assert!(sql
+            .renew_head
+            .ends_with("WHERE delivered_at IS NOT NULL AND "));
     }
 }
