@@ -120,7 +120,8 @@ describe('postgres: the release of a lost claim and live renewals', () => {
       }
       const stolen = taken.filter((key) => held.has(key));
       console.log(
-        `[lost claim vs renewals, holders' lease ${holderLeaseMs} ms] ${lost} of ${cuts} claims lost after the server ran them; ` +
+        `[lost claim vs renewals, holders' lease ${holderLeaseMs} ms] ` +
+          `${lost} of ${cuts} claims lost after the server ran them; ` +
           `held messages taken by the claimer: ${stolen.length ? stolen.join(', ') : 'none'}`,
       );
 

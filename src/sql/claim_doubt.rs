@@ -7,18 +7,17 @@
 //! - PostgreSQL claims in one statement whose reply is all there is, so its claim stamps
 //!   `delivered_at` with a client-chosen millisecond: the stamp's residue modulo a span
 //!   ([`stamp_span_ms`], a tenth of the lease in whole 10 ms, 10 to 100 ms) is the attempt's
-//!   nonce, and the stamp is at most a span after `now()`. Later, never earlier: a consumer with a shorter
-//!   lease (an upstream worker, a reaper) must not take a live claim over early; at most a
-//!   span late is harmless. The release takes the queue's rows with that residue stamped in
-//!   the time the attempt can have run in, except the claims this process made meanwhile
-//!   ([`RecentClaims`]). Another process's claim committed in that window with the same
-//!   residue is released too: its messages are delivered twice, never lost, and its
-//!   consumer's settles are fenced.
-//!   Renewals stamp `delivered_at` as well, and a renewal's message is in a handler right
-//!   now: a renewal stamps a whole multiple of [`RENEWAL_GRAIN_MS`], every span is one too,
-//!   and no nonce is, so no release takes a renewal, whatever the leases of the consumer that
-//!   renewed and of the one that releases, and whether the renewal's reply came back, is on
-//!   its way or was lost.
+//!   nonce, and the stamp is at most a span after `now()`. Later, never earlier: a consumer
+//!   with a shorter lease (an upstream worker, a reaper) must not take a live claim over early;
+//!   at most a span late is harmless. The release takes the queue's rows with that residue
+//!   stamped in the time the attempt can have run in, except the claims this process made
+//!   meanwhile ([`RecentClaims`]). Another process's claim committed in that window with the
+//!   same residue is released too: its messages are delivered twice, never lost, and its
+//!   consumer's settles are fenced. Renewals stamp `delivered_at` as well, and a renewal's
+//!   message is in a handler right now: a renewal stamps a whole multiple of
+//!   [`RENEWAL_GRAIN_MS`], every span is one too, and no nonce is, so no release takes a
+//!   renewal, whatever the leases of the consumer that renewed and of the one that releases,
+//!   and whether the renewal's reply came back, is on its way or was lost.
 //!
 //! A claim that got no answer at all within its bound (a silent network) can have run at any
 //! time since; it is not guessed at, and its rows come back at their lease.
