@@ -6,14 +6,18 @@
 //! - MySQL knows its rows and token before it commits ([`ClaimAttempt::hold`]): exact;
 //! - PostgreSQL claims in one statement whose reply is all there is, so its claim stamps
 //!   `delivered_at` with a client-chosen millisecond: the stamp's residue modulo a span
-//!   ([`stamp_span_ms`], a tenth of the lease, 10 to 100 ms) is the attempt's nonce, and the
-//!   stamp is at most a span after `now()`. Later, never earlier: a consumer with a shorter
-//!   lease (an upstream worker, a reaper) must not take a live claim over early; at most a
-//!   span late is harmless. The release takes the queue's rows with that residue stamped in
-//!   the time the attempt can have run in, except the claims this process made meanwhile
-//!   ([`RecentClaims`]). Another process's claim committed in that window with the same
-//!   residue is released too: its messages are delivered twice, never lost, and its
-//!   consumer's settles are fenced.
+//!   ([`stamp_span_ms`], a tenth of the lease in whole 10 ms, 10 to 100 ms) is the attempt's
+//!   nonce, and the stamp is at most a span after `now()`. Later, never earlier: a consumer
+//!   with a shorter lease (an upstream worker, a reaper) must not take a live claim over early;
+//!   at most a span late is harmless. The release takes the queue's rows with that residue
+//!   stamped in the time the attempt can have run in, except the claims this process made
+//!   meanwhile ([`RecentClaims`]). Another process's claim committed in that window with the
+//!   same residue is released too: its messages are delivered twice, never lost, and its
+//!   consumer's settles are fenced. Renewals stamp `delivered_at` as well, and a renewal's
+//!   message is in a handler right now: a renewal stamps a whole multiple of
+//!   [`RENEWAL_GRAIN_MS`], every span is one too, and no nonce is, so no release takes a
+//!   renewal, whatever the leases of the consumer that renewed and of the one that releases,
+//!   and whether the renewal's reply came back, is on its way or was lost.
 //!
 //! A claim that got no answer at all within its bound (a silent network) can have run at any
 //! time since; it is not guessed at, and its rows come back at their lease.
@@ -31,18 +35,26 @@ const MAX_DOUBT_WINDOW: Duration = Duration::from_secs(5);
 /// oldest ones' rows come back at their lease anyway.
 const MAX_IN_DOUBT: usize = 64;
 
+/// Every PostgreSQL renewal stamps a whole multiple of this many milliseconds (at most this
+/// much later than `now()`). Every span is a multiple of it too and no nonce is, so a
+/// renewal's stamp never carries a claim's residue.
+pub const RENEWAL_GRAIN_MS: i64 = 10;
+
 /// The span of a PostgreSQL claim stamp's residue for `lease`, in milliseconds: a tenth of the
-/// lease, from 10 to 100 ms (1 in 100 for leases of a second and more). It is also how much
-/// later than `now()` a claim's stamp can be, for every consumer of the queue whatever its
-/// own lease: kept small.
+/// lease rounded down to a multiple of [`RENEWAL_GRAIN_MS`], from 10 to 100 ms (1 in 90 for
+/// leases of a second and more, the nonces that are multiples of the grain left out). It is
+/// also how much later than `now()` a claim's stamp can be, for every consumer of the queue
+/// whatever its own lease: kept small.
 pub fn stamp_span_ms(lease: Duration) -> i64 {
-    (lease.as_millis() / 10).clamp(10, 100) as i64
+    let tenth = (lease.as_millis() / 10).clamp(10, 100) as i64;
+    tenth / RENEWAL_GRAIN_MS * RENEWAL_GRAIN_MS
 }
 
 /// One claim attempt, and what identifies its rows if its reply is lost.
 #[derive(Debug)]
 pub struct ClaimAttempt {
-    /// The PostgreSQL stamp's residue, in `0..span_ms`.
+    /// The PostgreSQL stamp's residue, in `1..span_ms` and never a multiple of
+    /// [`RENEWAL_GRAIN_MS`].
     pub nonce: i64,
     pub span_ms: i64,
     sent: Instant,
@@ -51,10 +63,14 @@ pub struct ClaimAttempt {
 
 impl ClaimAttempt {
     pub fn new(span_ms: i64) -> Self {
-        let span_ms = span_ms.max(1);
-        let nonce = (crate::backoff::unit_jitter() * span_ms as f64) as i64;
+        let span_ms = span_ms.max(2);
+        // The k-th residue in 1..span that is not a multiple of the grain.
+        let per_grain = RENEWAL_GRAIN_MS - 1;
+        let choices = span_ms - 1 - (span_ms - 1) / RENEWAL_GRAIN_MS;
+        let k = ((crate::backoff::unit_jitter() * choices as f64) as i64).clamp(0, choices - 1);
+        let nonce = k / per_grain * RENEWAL_GRAIN_MS + k % per_grain + 1;
         Self {
-            nonce: nonce.clamp(0, span_ms - 1),
+            nonce,
             span_ms,
             sent: Instant::now(),
             rows: Vec::new(),
@@ -169,16 +185,45 @@ mod tests {
         assert_eq!(stamp_span_ms(Duration::from_millis(500)), 50);
         assert_eq!(stamp_span_ms(Duration::from_secs(3600)), 100);
         assert_eq!(stamp_span_ms(Duration::from_millis(20)), 10);
+        assert_eq!(stamp_span_ms(Duration::from_millis(999)), 90);
+        assert_eq!(stamp_span_ms(Duration::from_millis(150)), 10);
     }
 
     #[test]
     fn nonces_stay_in_the_span_and_match_their_stamps() {
         for _ in 0..1000 {
             let a = ClaimAttempt::new(100);
-            assert!((0..100).contains(&a.nonce));
+            assert!((1..100).contains(&a.nonce));
             let stamp_ms = 1_700_000_000_000 / 100 * 100 + a.nonce;
             assert!(a.matches(stamp_ms * 1000));
             assert!(!a.matches((stamp_ms + 1) * 1000));
+        }
+    }
+
+    #[test]
+    fn every_nonce_but_the_grain_multiples_is_drawn() {
+        for span in [2, 10, 37, 100] {
+            let mut seen = std::collections::BTreeSet::new();
+            for _ in 0..20_000 {
+                seen.insert(ClaimAttempt::new(span).nonce);
+            }
+            let expected: std::collections::BTreeSet<i64> =
+                (1..span).filter(|n| n % RENEWAL_GRAIN_MS != 0).collect();
+            assert_eq!(seen, expected, "span {span}");
+        }
+    }
+
+    #[test]
+    fn no_claim_of_any_lease_matches_a_renewal_of_any_lease() {
+        for lease_ms in (0..=1200).step_by(7) {
+            let span = stamp_span_ms(Duration::from_millis(lease_ms));
+            assert_eq!(span % RENEWAL_GRAIN_MS, 0, "lease {lease_ms} ms");
+            for _ in 0..100 {
+                let a = ClaimAttempt::new(span);
+                for renewal_ms in (1_700_000_000_000..1_700_000_000_200).step_by(10) {
+                    assert!(!a.matches(renewal_ms * 1000), "lease {lease_ms} ms, {a:?}");
+                }
+            }
         }
     }
 

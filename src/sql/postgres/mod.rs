@@ -261,6 +261,8 @@ impl SqlDialect for Postgres {
         })
     }
 
+    /// Stamped with a whole renewal grain, which no claim's residue is: a lost claim's
+    /// release never takes a live renewal (see `claim_doubt`).
     fn renew(queue: &TableQueue<Self>, rows: Vec<HeldRow>) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
         renew_returning(queue, &queue.sql.renew_head, &rows)
     }

@@ -2,6 +2,7 @@
 //! here). The DDL is upstream's byte for byte; NOTIFY (channel = table, payload = queue) is in
 //! the statements only when `useNotify` is on.
 
+use crate::sql::claim_doubt::RENEWAL_GRAIN_MS;
 use crate::sql::dialect::TableStatements;
 
 /// A claim's token: `delivered_at` in whole microseconds (PostgreSQL's own resolution, so
@@ -29,11 +30,21 @@ pub struct PgStatements {
     /// `(id, body, headers, delay_ms, channel, token)` → the copy's id, or no row if `id` was
     /// gone or (with a token) claimed anew.
     pub redeliver: String,
-    /// `UPDATE … WHERE delivered_at IS NOT NULL AND `, a held-row condition appended.
+    /// `UPDATE … WHERE delivered_at IS NOT NULL AND `, a held-row condition appended; stamps
+    /// the first whole multiple of the renewal grain at or after `now()` (see `claim_doubt`).
     pub renew_head: String,
     /// `release_head`, a held-row condition, `release_tail`; binds `(channel)`.
     pub release_head: String,
     pub release_tail: &'static str,
+}
+
+/// The first millisecond at or after `now()` whose residue modulo `span` is `residue` (both
+/// SQL integer expressions), as a timestamp. Integer milliseconds throughout, so the stamp is
+/// exact in the column's TIMESTAMPTZ(3).
+fn stamp(residue: &str, span: &str) -> String {
+    format!(
+        "to_timestamp(((ceil((floor(extract(epoch FROM now()) * 1000) - {residue}) / {span}) * {span} + {residue}) / 1000.0)::float8)"
+    )
 }
 
 pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
@@ -78,9 +89,10 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
             " AND $1::text IS NOT NULL",
         )
     };
-    // Integer milliseconds throughout, so the stamp is exact in the column's TIMESTAMPTZ(3).
-    // The first millisecond at or after now() with the nonce's residue.
-    let stamp = "to_timestamp(((ceil((floor(extract(epoch FROM now()) * 1000) - $4::bigint) / $5::bigint) * $5::bigint + $4::bigint) / 1000.0)::float8)";
+    let claim_stamp = stamp("$4::bigint", "$5::bigint");
+    // Never a claim's residue, whatever either's lease: a lost claim's release cannot take a
+    // live renewal.
+    let renewal_stamp = stamp("0", &RENEWAL_GRAIN_MS.to_string());
     let stamped = format!(
         "queue_name = $2::text AND delivered_at >= now() - make_interval(secs => $4::float8) \
          AND delivered_at <= now() + make_interval(secs => $5::float8 / 1000 + 1) \
@@ -138,7 +150,7 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
                SELECT id FROM {t} WHERE {claimable} \
                ORDER BY available_at, delivered_at, id LIMIT $3 FOR UPDATE SKIP LOCKED \
              ), claimed AS ( \
-               UPDATE {t} AS m SET delivered_at = {stamp} FROM due WHERE m.id = due.id \
+               UPDATE {t} AS m SET delivered_at = {claim_stamp} FROM due WHERE m.id = due.id \
                RETURNING m.id, m.body, m.headers, m.available_at, {TOKEN_OF} AS token \
              ) SELECT claimed.id::text AS id, body, headers, token FROM claimed, relaxed ORDER BY claimed.available_at, claimed.id"
         ),
@@ -156,7 +168,7 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
         // leaves the claim at its previous lease, as the crash leaves every other claim, and
         // a renewal stuck behind a busy disk would let a live handler's message lapse.
         renew_head: format!(
-            "UPDATE {t} SET delivered_at = now() \
+            "UPDATE {t} SET delivered_at = {renewal_stamp} \
              FROM (SELECT {RELAXED_COMMIT}) AS relaxed \
              WHERE delivered_at IS NOT NULL AND "
         ),
@@ -191,5 +203,21 @@ mod tests {
         assert!(on.insert.contains("pg_notify") && on.redeliver.contains("pg_notify"));
         assert!(!off.insert.contains("pg_notify") && !off.redeliver.contains("pg_notify"));
         assert!(on.claim.contains("FOR UPDATE SKIP LOCKED"));
+    }
+
+    #[test]
+    fn renewals_stamp_a_whole_grain() {
+        let (_, sql) = statements("t", false);
+        assert!(
+            sql.renew_head.starts_with(&format!(
+                "UPDATE t SET delivered_at = {} ",
+                stamp("0", "10")
+            )),
+            "{}",
+            sql.renew_head
+        );
+        assert!(sql
+            .renew_head
+            .ends_with("WHERE delivered_at IS NOT NULL AND "));
     }
 }
