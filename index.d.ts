@@ -64,9 +64,9 @@ export interface TransportStats {
    */
   readonly staleSettles: number;
   /**
-   * Claimed message ids the engine keeps for this instance (a Redis consumer's own pending
-   * entries that it holds): bounded by what it claimed recently, whatever was given up or
-   * taken over by other consumers.
+   * Claimed message ids this instance keeps for its claims (their fencing tokens; a Redis
+   * consumer's own pending entries that it holds): bounded by what it claimed recently,
+   * whatever was given up or taken over by other consumers.
    */
   readonly trackedIds: number;
   /** The message of the last error met, or null (never a password). */

@@ -121,6 +121,11 @@ impl Fence {
         }
     }
 
+    /// Claims held and not settled, released or lost yet.
+    pub fn held_claims(&self) -> usize {
+        self.book().tokens.len()
+    }
+
     /// Settles that found the message no longer held by this process's claim, so far.
     pub fn stale_settles(&self) -> u64 {
         self.stale.load(Ordering::Relaxed)

@@ -700,16 +700,19 @@ impl Queue {
             let buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
             (buffer.rows.len() as u64, buffer.in_flight.len() as u64)
         };
+        let counters = self.counters.snapshot();
         Snapshot {
             buffered,
             in_flight,
+            // The same claims in two books (the fence's tokens, an engine's own): the larger.
+            tracked_ids: counters.tracked_ids.max(self.fence.held_claims() as u64),
             pending_acks: self.acks_behind.pending(),
             ack_write_failing_ms: self
                 .acks_behind
                 .failing_for()
                 .map(|d| d.as_secs_f64() * 1000.0),
             stale_settles: self.fence.stale_settles(),
-            ..self.counters.snapshot()
+            ..counters
         }
     }
 

@@ -82,8 +82,8 @@ pub struct Snapshot {
     pub reconnects: u64,
     /// Settles that came after this process's claim had been taken over (ignored).
     pub stale_settles: u64,
-    /// Claimed ids the engine keeps for this instance's claims (a Redis consumer's pending
-    /// entries it holds); stays within what was claimed recently.
+    /// Claimed ids kept for this instance's claims (the tokens of held claims, a Redis
+    /// consumer's pending entries it holds); stays within what was claimed recently.
     pub tracked_ids: u64,
     /// The last error met (its message carries no secret: errors are redacted when made).
     pub last_error: Option<String>,
