@@ -346,11 +346,36 @@ impl Inner {
             return Ok(Some(message));
         }
         self.queue.check_send(&message)?;
+        self.check_backlog(&message)?;
         self.waiting.push((message, seq));
         if idle || self.waiting.len() >= PIPELINE_AT {
             self.write_next();
         }
         Ok(None)
+    }
+
+    /// Refuses a send at once when the sends waiting here already fill the queue's backlog
+    /// (a batch in flight got no reply yet, and sends keep coming).
+    fn check_backlog(&self, message: &NewMessage) -> Result<()> {
+        let backlog = self.queue.send_backlog();
+        if self.waiting.is_empty() {
+            return Ok(());
+        }
+        let bytes = || -> usize {
+            self.waiting
+                .iter()
+                .map(|(m, _)| weight(m))
+                .fold(weight(message), usize::saturating_add)
+        };
+        if self.waiting.len() >= backlog.items || bytes() > backlog.bytes {
+            return Err(Error::backlog_full(format!(
+                "The transport's write backlog is full ({} sends waiting for a reply to the batch in flight; the bound is {} and {} bytes): refused, nothing was written.",
+                self.waiting.len(),
+                backlog.items,
+                backlog.bytes
+            )));
+        }
+        Ok(())
     }
 
     /// Picks up a connection the runtime finished opening.

@@ -84,6 +84,7 @@ pub struct Queue {
     sends: Coalescer<NewMessage, String>,
     /// Batches the direct path sends again go before the sends queued after them.
     send_order: Arc<SendOrder>,
+    send_backlog: Backlog,
     counters: Arc<Counters>,
 }
 
@@ -192,6 +193,7 @@ impl Queue {
             ),
             acks_behind: WriteBehind::new(engine.clone(), fence.clone(), counters.clone()),
             send_order,
+            send_backlog,
             fence,
             engine,
             setup,
@@ -239,6 +241,11 @@ impl Queue {
     /// Holds back the sends queued from now on until the hold is dropped (see `send_order`).
     pub fn hold_sends(&self) -> Hold {
         self.send_order.hold()
+    }
+
+    /// How many sends (and bytes of them) may wait to be written.
+    pub fn send_backlog(&self) -> Backlog {
+        self.send_backlog
     }
 
     pub fn send_bound(&self) -> Duration {
