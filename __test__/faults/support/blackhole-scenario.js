@@ -66,11 +66,28 @@ async function blackholeScenario({ engine, dsn: serverDsn, port }) {
         getEndedMs: loop.timeout ? undefined : Date.now() - startedAt,
       };
     })();
+    // The reads an operator or a health check makes, during the silence: each settles (an
+    // error is fine) within the bound.
+    const reads = Promise.all(
+      Object.entries({
+        getMessageCount: () => producers[1].getMessageCount(),
+        find: () => producers[1].find('1'),
+        list: async () => {
+          for await (const envelope of producers[1].list(5)) void envelope;
+        },
+        health: () => producers[1].health({ timeoutMs: 2000 }),
+      }).map(async ([name, read]) => {
+        const startedAt = Date.now();
+        const outcome = await settleWithin(read(), BLACKHOLE_MS);
+        return { name, ms: Date.now() - startedAt, outcome: outcome.timeout ? 'not settled' : outcome.error ? 'failed' : 'answered' };
+      }),
+    );
     await sleep(BLACKHOLE_MS - VICTIMS_AT_MS);
     proxy.restore();
     run.faultEnded();
     await aborted;
     const victim = await closed;
+    const readOutcomes = await reads;
 
     await sleep(4000);
     await run.stopProducers();
@@ -85,6 +102,7 @@ async function blackholeScenario({ engine, dsn: serverDsn, port }) {
         `close during the silence: ${victim.closeOutcome} after ${victim.closeMs} ms, ` +
         `its get() ${victim.getEndedMs === undefined ? 'did not end' : `ended after ${victim.getEndedMs} ms`}; ` +
         `close() after the restore: ${account.closes.map((c) => `${c.outcome} ${c.ms} ms`).join(', ')}`,
+      `reads during the silence: ${readOutcomes.map((r) => `${r.name} ${r.outcome} after ${r.ms} ms`).join(', ')}`,
     ];
 
     const broken = violations(account, {
@@ -101,6 +119,9 @@ async function blackholeScenario({ engine, dsn: serverDsn, port }) {
     // is still pending, or took longer than the bound, breaks the rule.
     if (victim.closeOutcome === 'not done' || victim.closeMs > BOUND_MS) {
       broken.push(`close() during the silence: ${victim.closeOutcome} after ${victim.closeMs} ms (bound ${BOUND_MS} ms)`);
+    }
+    for (const read of readOutcomes) {
+      if (read.outcome === 'not settled' || read.ms > BOUND_MS) broken.push(`${read.name}() during the silence: ${read.outcome} after ${read.ms} ms (bound ${BOUND_MS} ms)`);
     }
     if (victim.getEndedMs === undefined || victim.getEndedMs > BOUND_MS) {
       broken.push(
