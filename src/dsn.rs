@@ -65,6 +65,9 @@ pub fn parse_sql_dsn(dsn: &str) -> Result<SqlDsn> {
             "Invalid SQL DSN: \"{redacted}\"."
         )));
     }
+    if dialect == Dialect::MySql {
+        refuse_mysql2_ssl(dsn, &redacted)?;
+    }
     let driver_url = match dialect {
         Dialect::MySql => format!("mysql:{rest}"),
         _ => dsn.to_owned(),
@@ -75,6 +78,22 @@ pub fn parse_sql_dsn(dsn: &str) -> Result<SqlDsn> {
         redacted,
         secrets,
     })
+}
+
+/// mysql2 reads an `ssl` URL parameter (a JSON object of TLS options, or a profile name) that
+/// the MySQL driver here does not: left alone it would be ignored and the connection get less
+/// TLS than the same DSN gets from mysql2, so it is refused, naming what to write instead.
+fn refuse_mysql2_ssl(dsn: &str, redacted: &str) -> Result<()> {
+    let names_ssl = url::Url::parse(dsn).is_ok_and(|url| {
+        url.query_pairs()
+            .any(|(key, _)| key.eq_ignore_ascii_case("ssl"))
+    });
+    if names_ssl {
+        return Err(Error::connection(format!(
+            "Invalid SQL DSN \"{redacted}\": the `ssl` parameter (mysql2's TLS options) is not read here; use ssl-mode=VERIFY_IDENTITY (with ssl-ca=<CA file> for a private CA) for verified TLS, or ssl-mode=REQUIRED for TLS without verification."
+        )));
+    }
+    Ok(())
 }
 
 /// A parsed Redis DSN (`redis://[user:password@]host[:port][/db]`, `rediss://` for TLS). Its
@@ -223,6 +242,15 @@ mod tests {
     fn mariadb_is_handed_to_the_driver_as_mysql() {
         let dsn = parse_sql_dsn("mariadb://root@127.0.0.1:3306/test").unwrap();
         assert_eq!(dsn.driver_url, "mysql://root@127.0.0.1:3306/test");
+        let refused = parse_sql_dsn(r#"mysql://root:pw@h/test?ssl={"rejectUnauthorized":true}"#)
+            .expect_err("mysql2's ssl parameter");
+        assert!(
+            refused.message.contains("`ssl` parameter"),
+            "{}",
+            refused.message
+        );
+        assert!(!refused.message.contains("pw"), "{}", refused.message);
+        assert!(parse_sql_dsn("mysql://root@h/test?ssl-mode=REQUIRED").is_ok());
     }
 
     #[test]

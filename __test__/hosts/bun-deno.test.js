@@ -79,7 +79,7 @@ describe.each(RUNTIMES)('under %s', (runtime, command) => {
         },
       });
       // The whole outcome in one string, so a failure shows what the runtime printed.
-      const outcome = `${runtime}: status ${result.status}, signal ${result.signal}\nstdout: ${result.stdout}\nstderr: ${result.stderr}`;
+      const outcome = `${runtime}: status ${result.status}, signal ${result.signal}\nstdout: ${result.stdout}\nstderr: ${result.stderr}${result.error ? `\nnot started: ${result.error.message} (npm ci installs bun and deno as devDependencies)` : ''}`;
       expect(outcome).toMatch(new RegExp(`^${runtime}: status 0, signal null\\n`));
       const report = JSON.parse(result.stdout.trim().split('\n').pop());
       expect(report).toEqual({

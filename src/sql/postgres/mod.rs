@@ -6,6 +6,7 @@ mod errors;
 mod listener;
 mod session_defaults;
 mod statements;
+mod tls_modes;
 
 use crate::dsn::SqlDsn;
 use crate::engine::{Held, NewMessage, StoredMessage};
@@ -65,10 +66,14 @@ impl SqlDialect for Postgres {
         connect_timeout: Duration,
         board: &Arc<WakeBoard>,
     ) -> Result<OpenedTarget<Self>> {
-        let options = PgConnectOptions::from_str(&dsn.driver_url)
+        let tls = tls_modes::tls_choice(&dsn.driver_url).map_err(|e| invalid_dsn(dsn, e))?;
+        let options = PgConnectOptions::from_str(&tls.url)
             .map_err(|e| invalid_dsn(dsn, e))?
             .disable_statement_logging();
-        let options = session_defaults::plain_on_loopback(options, &dsn.driver_url);
+        let options = match tls.mode {
+            Some(mode) => options.ssl_mode(mode.for_sqlx()),
+            None => session_defaults::plain_on_loopback(options, &tls.url),
+        };
         let server = ServerAddress {
             host: options.get_host().to_owned(),
             port: options.get_port(),
