@@ -14,23 +14,7 @@ const { limitRuns, measureLimits, limitSection } = require('./limit-report');
 const { ENGINES } = require('./engines');
 const { RUNS } = require('./targets');
 const { Progress } = require('../scripts/progress');
-
-function parseArgs(argv) {
-  const options = { rounds: 3, engines: Object.keys(ENGINES), deep: 100000, soak: 0, limits: true };
-  for (let i = 0; i < argv.length; i += 1) {
-    const [arg, value] = [argv[i], argv[i + 1]];
-    if (arg === '--rounds') options.rounds = Number(value);
-    else if (arg === '--engines') options.engines = value.split(',');
-    else if (arg === '--deep') options.deep = Number(value);
-    else if (arg === '--soak') options.soak = Number(value ?? 1000000);
-    else if (arg === '--no-limits') {
-      options.limits = false;
-      continue;
-    } else throw new Error(`unknown argument ${arg}`);
-    i += 1;
-  }
-  return options;
-}
+const { parseArgs, USAGE } = require('./args');
 
 function runOnce(job) {
   const output = execFileSync(process.execPath, [path.join(__dirname, 'run-one.js'), JSON.stringify(job)], {
@@ -67,6 +51,10 @@ function machine() {
 
 async function main() {
   const options = parseArgs(process.argv.slice(2));
+  if (options.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
   const results = {};
   const deep = Object.fromEntries(Object.keys(ENGINES).map((engine) => [engine, []]));
   const runsPerRound = options.engines.reduce(

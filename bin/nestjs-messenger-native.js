@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 'use strict';
 
-// `npx nestjs-messenger-native doctor|stats --dsn …`: see `--help` and the README's
-// "Operating: doctor and stats". Exit codes: 0 ok, 1 a check failed (or stats could not
+// `npx nestjs-messenger-native doctor|stats [--dsn …]` (or the DSN in MESSENGER_DSN /
+// DATABASE_URL): see `--help` and the README's "Operating: doctor and stats". Exit codes: 0 ok, 1 a check failed (or stats could not
 // sample), 2 bad usage.
 
 const { parseCommandLine, UsageError, USAGE } = require('../lib/cli/args');
@@ -18,6 +18,10 @@ async function main(argv) {
   }
   if (parsed.command === 'help') {
     process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
+  if (parsed.command === 'version') {
+    process.stdout.write(`${require('../package.json').version}\n`);
     return 0;
   }
   // Loaded after the arguments are checked: a usage error needs no native addon.

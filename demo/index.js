@@ -14,7 +14,8 @@ const {
 } = require('@schally/nestjs-messenger');
 const { SqlTransport, RedisStreamsTransport } = require('..');
 const { engineOfDsn } = require('../bench/engines');
-const { parseArgs } = require('./args');
+const { parseArgs, USAGE } = require('./args');
+const { redactDsn } = require('../lib/cli/redact-dsn');
 const { Progress } = require('../scripts/progress');
 
 /** The demo's message: a registered class, so it comes back as itself. */
@@ -44,8 +45,13 @@ async function produce(transport, options) {
 
 async function main() {
   const options = parseArgs(process.argv.slice(2));
+  if (options.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
   const serializer = new JsonSerializer([OrderPlaced]);
   const queueName = `demo_${process.pid}_${Date.now()}`;
+  process.stdout.write(`Demo on ${redactDsn(options.dsn)}: ${options.messages} messages, queue ${queueName}\n`);
   // The same program on any supported DSN: SQL engines by table queue, Redis by stream.
   const isRedis = engineOfDsn(options.dsn)?.kind === 'redis';
   const make = () =>
@@ -54,7 +60,6 @@ async function main() {
       : new SqlTransport({ dsn: options.dsn, queueName, name: 'demo', serializer });
   const producer = make();
   const consumer = make();
-  process.stdout.write(`Demo on ${options.dsn.replace(/:\/\/([^:@/]*):[^@/]*@/, '://$1:***@')}: ${options.messages} messages, queue ${queueName}\n`);
 
   const latencies = [];
   const failedOnce = new Set();

@@ -8,23 +8,31 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { postgres, mysql, sqlite, uniqueName } = require('../../bench/engines');
+const { DSN_VARIABLES } = require('../../lib/cli/args');
 
 const BIN = path.join(__dirname, '..', '..', 'bin', 'nestjs-messenger-native.js');
 
 /**
  * Runs the CLI with `args`; resolves its exit code, output and wall time (never rejects for a
- * non-zero exit).
+ * non-zero exit). The environment is this process's without a DSN variable (so a DSN set
+ * where the tests run cannot stand in for a missing `--dsn`), plus `env`.
  * @param {string[]} args
- * @param {{ timeoutMs?: number }} [options]
+ * @param {{ timeoutMs?: number, env?: Record<string, string> }} [options]
  * @returns {Promise<{ code: number, stdout: string, stderr: string, ms: number }>}
  */
-function runCli(args, { timeoutMs = 30000 } = {}) {
+function runCli(args, { timeoutMs = 30000, env = {} } = {}) {
   const started = Date.now();
+  const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => !DSN_VARIABLES.includes(name)));
   return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, ...args], { timeout: timeoutMs, encoding: 'utf8' }, (error, stdout, stderr) => {
-      const code = error ? (typeof error.code === 'number' ? error.code : -1) : 0;
-      resolve({ code, stdout, stderr, ms: Date.now() - started });
-    });
+    execFile(
+      process.execPath,
+      [BIN, ...args],
+      { timeout: timeoutMs, encoding: 'utf8', env: { ...inherited, ...env } },
+      (error, stdout, stderr) => {
+        const code = error ? (typeof error.code === 'number' ? error.code : -1) : 0;
+        resolve({ code, stdout, stderr, ms: Date.now() - started });
+      },
+    );
   });
 }
 

@@ -187,6 +187,6 @@ describe('usage errors exit 2', () => {
   test('--help prints the usage and exits 0', async () => {
     const run = await runCli(['--help']);
     expect(run.code).toBe(0);
-    expect(run.stdout).toContain('nestjs-messenger-native doctor --dsn <dsn>');
+    expect(run.stdout).toContain('nestjs-messenger-native doctor [--dsn <dsn>]');
   });
 });

@@ -1,7 +1,9 @@
 'use strict';
 
-// The CLI's command line: `<command> --dsn … [options]`, parsed with node:util parseArgs
-// (strict: an unknown option is a usage error), plus the `--watch` interval's syntax.
+// The CLI's command line: `<command> [--dsn …] [options]`, parsed with node:util parseArgs
+// (strict: an unknown option is a usage error), plus the `--watch` interval's syntax. The DSN
+// may come from the environment instead, so that a password stays out of `ps` and the shell's
+// history.
 
 const { parseArgs } = require('node:util');
 
@@ -19,6 +21,7 @@ const COMMON = {
   'connect-timeout': { type: 'string' },
   json: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
+  version: { type: 'boolean', short: 'v' },
 };
 
 const OPTIONS = {
@@ -26,17 +29,24 @@ const OPTIONS = {
   stats: { ...COMMON, watch: { type: 'string' }, count: { type: 'string' } },
 };
 
+/** Where the DSN is looked for when `--dsn` is not given, first found wins. */
+const DSN_VARIABLES = ['MESSENGER_DSN', 'DATABASE_URL'];
+
 const USAGE = `Usage:
-  nestjs-messenger-native doctor --dsn <dsn> [--table <name>] [--queue <name>]
+  nestjs-messenger-native doctor [--dsn <dsn>] [--table <name>] [--queue <name>]
                                  [--stream <key> [--group <name>] [--delayed-key <key>]] [--cluster]
                                  [--connect-timeout <duration>] [--json]
-  nestjs-messenger-native stats  --dsn <dsn> [--table <name>] [--queue <name>]
+  nestjs-messenger-native stats  [--dsn <dsn>] [--table <name>] [--queue <name>]
                                  [--stream <key> [--group <name>] [--delayed-key <key>]] [--cluster]
                                  [--watch <interval> [--count <n>]] [--json]
+  nestjs-messenger-native --version
 
 doctor: one line per check (ok / warn / FAIL); exit 0 when none fails, 1 when one does.
 stats:  ready, delayed, in flight and oldest ready age per queue (SQL) or stream group (Redis);
-        --watch 1s repeats and adds rates. Read-only.
+        --watch 1s repeats and adds rates, and keeps sampling through a failed sample (a
+        restart): the failure goes to stderr. --count counts the samples printed. Read-only.
+Without --dsn, the DSN is read from MESSENGER_DSN, else DATABASE_URL: a password given there
+stays out of \`ps\` and the shell's history.
 Defaults are the transports': table messenger_messages, group messenger, delayed key <stream>:delayed.
 Exit code 2: bad usage.`;
 
@@ -58,16 +68,32 @@ function parseDuration(text, option) {
 }
 
 /**
+ * The DSN of `--dsn`, else of the first non-empty variable of DSN_VARIABLES in `env`.
+ * @param {string | undefined} flag
+ * @param {Record<string, string | undefined>} env
+ * @returns {string | undefined}
+ */
+function dsnFrom(flag, env) {
+  if (flag !== undefined) return flag;
+  for (const name of DSN_VARIABLES) {
+    if (typeof env[name] === 'string' && env[name] !== '') return env[name];
+  }
+  return undefined;
+}
+
+/**
  * Parses `argv` (without node and the script).
  * @param {string[]} argv
- * @returns {{ command: 'doctor' | 'stats' | 'help', options: Record<string, unknown> }}
+ * @param {Record<string, string | undefined>} [env] where a DSN not given as `--dsn` is read
+ * @returns {{ command: 'doctor' | 'stats' | 'help' | 'version', options: Record<string, unknown> }}
  * @throws {UsageError}
  */
-function parseCommandLine(argv) {
+function parseCommandLine(argv, env = process.env) {
   const [command, ...rest] = argv;
   if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
     return { command: 'help', options: {} };
   }
+  if (command === '--version' || command === '-v' || command === 'version') return { command: 'version', options: {} };
   const spec = OPTIONS[command];
   if (spec === undefined) throw new UsageError(`Unknown command ${JSON.stringify(command)}: use doctor or stats.`);
   let values;
@@ -77,8 +103,12 @@ function parseCommandLine(argv) {
     throw new UsageError(error.message);
   }
   if (values.help) return { command: 'help', options: {} };
-  if (typeof values.dsn !== 'string' || values.dsn === '') throw new UsageError(`${command} needs --dsn <dsn>.`);
-  const redis = /^rediss?:/i.test(values.dsn);
+  if (values.version) return { command: 'version', options: {} };
+  const dsn = dsnFrom(values.dsn, env);
+  if (dsn === undefined || dsn === '') {
+    throw new UsageError(`${command} needs --dsn <dsn>, or the DSN in ${DSN_VARIABLES.join(' or ')}.`);
+  }
+  const redis = /^rediss?:/i.test(dsn);
   const sqlOnly = ['table', 'queue'].filter((key) => values[key] !== undefined);
   const redisOnly = ['stream', 'group', 'delayed-key', 'cluster'].filter((key) => values[key] !== undefined);
   if (redis && sqlOnly.length > 0) throw new UsageError(`--${sqlOnly[0]} applies to SQL DSNs, not to Redis.`);
@@ -92,7 +122,7 @@ function parseCommandLine(argv) {
   return {
     command,
     options: {
-      dsn: values.dsn,
+      dsn,
       table: values.table,
       queue: values.queue,
       stream: values.stream,
@@ -108,4 +138,4 @@ function parseCommandLine(argv) {
   };
 }
 
-module.exports = { parseCommandLine, parseDuration, UsageError, USAGE };
+module.exports = { parseCommandLine, parseDuration, UsageError, USAGE, DSN_VARIABLES };

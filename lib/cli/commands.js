@@ -61,8 +61,11 @@ const sleep = (ms, signal) =>
   });
 
 /**
- * `stats`: one sample, or with `watchMs` one every interval (until `count` samples or
- * `signal` aborts) with the rates between successive samples.
+ * `stats`: one sample, or with `watchMs` one every interval (until `count` samples are printed
+ * or `signal` aborts) with the rates between successive samples. A failed sample while
+ * watching is reported on `err` and sampling goes on (a restarting server comes back); only
+ * the first sample's failure ends the command, since that is a wrong DSN or target rather
+ * than a server going away.
  * @param {CliOptions} options
  * @param {{ out: NodeJS.WritableStream, err: NodeJS.WritableStream, signal?: AbortSignal }} io
  * @returns {Promise<number>} the exit code
@@ -70,28 +73,35 @@ const sleep = (ms, signal) =>
 async function runStats(options, io) {
   const signal = io.signal ?? new AbortController().signal;
   const base = nativeOptions(options, ['dsn', 'table', 'queue', 'stream', 'group', 'delayKey', 'cluster', 'connectTimeoutMs']);
+  const watching = options.watchMs !== undefined;
   let previous;
   let previousAt = 0;
-  for (let n = 1; ; n += 1) {
+  let printed = 0;
+  for (;;) {
     let sample;
     const at = Date.now();
     try {
       sample = await queueStats({ ...base, ...(previous?.cursor ? { cursor: previous.cursor } : {}) });
     } catch (error) {
-      io.err.write(`stats: ${messageOf(error)}\n`);
-      return EXIT.FAILED;
+      if (!watching || previous === undefined) {
+        io.err.write(`stats: ${messageOf(error)}\n`);
+        return EXIT.FAILED;
+      }
+      io.err.write(`${new Date(at).toISOString()} stats: ${messageOf(error)} (sampling goes on)\n`);
     }
-    const watching = options.watchMs !== undefined;
-    const rates = watching ? ratesBetween(previous, sample, (at - previousAt) / 1000) : undefined;
-    if (options.json) {
-      io.out.write(`${JSON.stringify(statsDocument(sample, rates))}\n`);
-    } else {
-      if (watching) io.out.write(`${new Date(at).toISOString()}\n`);
-      io.out.write(formatStats(sample, rates));
+    if (sample !== undefined) {
+      const rates = watching ? ratesBetween(previous, sample, (at - previousAt) / 1000) : undefined;
+      if (options.json) {
+        io.out.write(`${JSON.stringify(statsDocument(sample, rates))}\n`);
+      } else {
+        if (watching) io.out.write(`${new Date(at).toISOString()}\n`);
+        io.out.write(formatStats(sample, rates));
+      }
+      previous = sample;
+      previousAt = at;
+      printed += 1;
     }
-    previous = sample;
-    previousAt = at;
-    if (!watching || signal.aborted || (options.count !== undefined && n >= options.count)) return EXIT.OK;
+    if (!watching || signal.aborted || (options.count !== undefined && printed >= options.count)) return EXIT.OK;
     await sleep(options.watchMs, signal);
     if (signal.aborted) return EXIT.OK;
   }
