@@ -189,6 +189,12 @@ export interface QueueSample {
 /** One read-only sample of a table's queues or a stream's groups. */
 export declare function queueStats(options: StatsOptions): Promise<StatsSample>
 
+/**
+ * `dsn` with every password in it (userinfo, `password=` / `pass=` parameters) replaced
+ * by `***`, exactly as the addon's own messages show it.
+ */
+export declare function redactDsn(dsn: string): string
+
 /** Options of a native Redis Streams queue, already defaulted by the JavaScript wrapper. */
 export interface RedisQueueOptions {
   dsn: string

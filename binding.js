@@ -840,5 +840,6 @@ module.exports.checkSqlNames = nativeBinding.checkSqlNames
 module.exports.doctor = nativeBinding.doctor
 module.exports.liveNativeQueues = nativeBinding.liveNativeQueues
 module.exports.queueStats = nativeBinding.queueStats
+module.exports.redactDsn = nativeBinding.redactDsn
 module.exports.sqlDialectOf = nativeBinding.sqlDialectOf
 module.exports.sqlOutboxStatement = nativeBinding.sqlOutboxStatement

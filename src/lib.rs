@@ -167,6 +167,13 @@ mod exports {
         queue::live_queues() as f64
     }
 
+    /// `dsn` with every password in it (userinfo, `password=` / `pass=` parameters) replaced
+    /// by `***`, exactly as the addon's own messages show it.
+    #[napi(catch_unwind)]
+    pub fn redact_dsn(dsn: String) -> String {
+        dsn::redact_dsn(&dsn)
+    }
+
     /// The facts of the SQL dialect a DSN names; throws for a bad DSN.
     #[napi(catch_unwind)]
     pub fn sql_dialect_of(dsn: String) -> napi::Result<SqlDialectFacts> {
