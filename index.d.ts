@@ -261,3 +261,22 @@ export declare class RedisStreamsTransport
   health(options?: { timeoutMs?: number }): Promise<TransportHealth>;
   close(): Promise<void>;
 }
+
+/**
+ * The SQL dialects {@link SqlTransport} speaks: upstream's two (MariaDB rides `mysql`) and
+ * `sqlite`, which only this package serves.
+ */
+export type SqlDialect = 'postgres' | 'mysql' | 'sqlite';
+
+/**
+ * Which dialect a DSN targets, as upstream's `dialectFromDsn`: `postgres://`/`postgresql://`
+ * → `'postgres'`, `mysql://`/`mariadb://` → `'mysql'`, and `sqlite:` → `'sqlite'`. Throws
+ * `TransportConnectionError` for a DSN that is not a URL or has another scheme.
+ */
+export declare function dialectFromDsn(dsn: string): SqlDialect;
+
+/**
+ * Checks a Redis DSN's shape, as upstream's `assertValidRedisDsn`: returns for `redis://` and
+ * `rediss://`; throws `TransportConnectionError` for a DSN that is not a URL or has another scheme.
+ */
+export declare function assertValidRedisDsn(dsn: string): void;

@@ -7,5 +7,6 @@
 
 const { SqlTransport } = require('./lib/sql-transport');
 const { RedisStreamsTransport } = require('./lib/redis-streams-transport');
+const { dialectFromDsn, assertValidRedisDsn } = require('./lib/dsn-schemes');
 
-module.exports = { SqlTransport, RedisStreamsTransport };
+module.exports = { SqlTransport, RedisStreamsTransport, dialectFromDsn, assertValidRedisDsn };

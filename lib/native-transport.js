@@ -208,8 +208,8 @@ class NativeTransport {
   async *list(limit = DEFAULT_LIST_LIMIT) {
     const rows = await this.#settles.track(native(this.#queue.list(limit)));
     for (const stored of rows) {
-      const envelope = decodeStored(this.#serializer, stored.body, stored.headers);
-      if (envelope !== undefined) yield envelope.with(new TransportMessageIdStamp(stored.id));
+      const envelope = this.#decodeListed(stored);
+      if (envelope !== undefined) yield envelope;
     }
   }
 
@@ -217,7 +217,18 @@ class NativeTransport {
   async find(id) {
     const stored = await this.#settles.track(native(this.#queue.find(String(id))));
     if (stored === null) return undefined;
-    return decodeStored(this.#serializer, stored.body, stored.headers)?.with(new TransportMessageIdStamp(stored.id));
+    return this.#decodeListed(stored);
+  }
+
+  /**
+   * A listed or found message stamped as upstream's list() and find() stamp it (the stamps
+   * its get() adds, in the same order), so an inspection tool sees the same envelope from
+   * either implementation. Undefined when it cannot be decoded (skipped, not removed).
+   * @param {{ id: string, body: string, headers: string }} stored
+   */
+  #decodeListed(stored) {
+    const envelope = decodeStored(this.#serializer, stored.body, stored.headers);
+    return envelope?.with(new ReceivedStamp(this.#name), new TransportMessageIdStamp(stored.id));
   }
 
   /** Due messages not in flight, as upstream counts them. */

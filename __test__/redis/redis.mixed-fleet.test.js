@@ -15,7 +15,8 @@ const { RedisStreamsTransport: UpstreamRedisStreamsTransport } = require('@schal
 const { RedisStreamsTransport: NativeRedisStreamsTransport } = require('../..');
 const { redis: engine } = require('../support/engines');
 const { sleep, pollUntil } = require('../support/transport-helpers');
-const { FleetMessage, fleetSerializer, idOf, sendableStamps, outgoing, fleetHarness } = require('../support/fleet');
+const { FleetMessage, fleetSerializer, idOf, sendableStamps, outgoing, fleetHarness, drain } = require('../support/fleet');
+const { everyStamp } = require('../support/every-stamp');
 
 const REDIS_DSN = engine.dsn;
 const CHILD_SCRIPT = path.join(__dirname, '..', 'support', 'redis-fleet-consumer.js');
@@ -357,6 +358,43 @@ describe.each(KINDS.map((from) => [from, other(from)]))('%s → %s', (from, to) 
     await expectStreamSettled(stream);
     expect(await delayedMembers(delayKey)).toEqual([]);
   });
+});
+
+// ---------------------------------------------------------------------------
+// Every stamp of list(), find() and get(), as upstream yields them
+// ---------------------------------------------------------------------------
+
+test('list(), find() and get() yield every stamp upstream yields, in its order, on the same entries', async () => {
+  const stream = freshStream('stamps');
+  // Upstream under the native side's name: the ReceivedStamp carries the transport's name.
+  const upstream = make('upstream', stream, { name: NAMES.native });
+  const native = make('native', stream);
+  const extra = [new RedeliveryStamp(2, new Date('2026-01-02T03:04:05.678Z'))];
+  const ids = [
+    idOf(await upstream.send(outgoing(0, 'by upstream', ...extra))),
+    idOf(await native.send(outgoing(1, 'by native', ...extra))),
+  ];
+
+  const upstreamListed = await drain(upstream.list());
+  const nativeListed = await drain(native.list());
+  expect(nativeListed.map(idOf)).toEqual(ids);
+  expect(nativeListed.map(everyStamp)).toEqual(upstreamListed.map(everyStamp));
+  for (const [i, id] of ids.entries()) {
+    const nativeFound = await native.find(id);
+    expect(everyStamp(nativeFound)).toEqual(everyStamp(await upstream.find(id)));
+    expect(everyStamp(nativeFound)).toEqual(everyStamp(nativeListed[i]));
+    // Spelled out: upstream's decode appends the ReceivedStamp, then the id.
+    expect(everyStamp(nativeFound).slice(-2)).toEqual([
+      { type: 'ReceivedStamp', data: { transportName: NAMES.native } },
+      { type: 'TransportMessageIdStamp', data: { id } },
+    ]);
+  }
+
+  // get() stamps a claimed entry as find() does (both sides' decode is one rule).
+  const received = (await receive(native, 2)).map((r) => r.envelope);
+  expect(received.map(idOf)).toEqual(ids);
+  expect(received.map(everyStamp)).toEqual(upstreamListed.map(everyStamp));
+  for (const envelope of received) await ack(native, envelope);
 });
 
 // ---------------------------------------------------------------------------

@@ -22,6 +22,7 @@ const { SqlTransport: UpstreamSqlTransport } = require('@schally/nestjs-messenge
 const { SqlTransport: NativeSqlTransport } = require('../..');
 const { uniqueName } = require('../support/engines');
 const { CORE, runChild } = require('../support/child');
+const { everyStamp } = require('../support/every-stamp');
 const {
   FleetMessage,
   fleetSerializer,
@@ -426,6 +427,43 @@ function mixedFleetSuite(engine) {
       await ack(transports.ours, nativeClaimed);
       await ack(transports.up, rest);
       await expectRowsEventually(transports.queueName, []);
+    }, 15000);
+
+    test('list(), find() and get() yield every stamp upstream yields, in its order, on the same rows', async () => {
+      const transports = pair('mf_stamps');
+      // Upstream under the native side's name: the ReceivedStamp carries the transport's name.
+      const upstreamAsNative = upstream(transports.queueName, { name: NATIVE_NAME });
+      const stamped = [
+        new RedeliveryStamp(2, new Date('2026-01-02T03:04:05.678Z')),
+        new ErrorDetailsStamp('Error', 'boom', 42),
+        new BusNameStamp('second.bus'),
+      ];
+      const ids = [
+        idOf(await transports.up.send(outgoing(0, 'by upstream', ...stamped))),
+        idOf(await transports.ours.send(outgoing(1, 'by native', ...stamped))),
+      ];
+
+      const upstreamListed = await drain(upstreamAsNative.list());
+      const nativeListed = await drain(transports.ours.list());
+      expect(nativeListed.map(idOf)).toEqual(ids);
+      expect(nativeListed.map(everyStamp)).toEqual(upstreamListed.map(everyStamp));
+      for (const [i, id] of ids.entries()) {
+        const upstreamFound = await upstreamAsNative.find(id);
+        const nativeFound = await transports.ours.find(id);
+        expect(everyStamp(nativeFound)).toEqual(everyStamp(upstreamFound));
+        expect(everyStamp(nativeFound)).toEqual(everyStamp(nativeListed[i]));
+        // Spelled out: upstream's decode appends the ReceivedStamp, then the id.
+        expect(everyStamp(nativeFound).slice(-2)).toEqual([
+          { type: 'ReceivedStamp', data: { transportName: NATIVE_NAME } },
+          { type: 'TransportMessageIdStamp', data: { id } },
+        ]);
+      }
+
+      // get() stamps a claimed row as find() does (both sides' decode is one rule).
+      const received = await receive(transports.ours, 2);
+      expect(received.map(idOf)).toEqual(ids);
+      expect(received.map(everyStamp)).toEqual(upstreamListed.map(everyStamp));
+      for (const envelope of received) await ack(transports.ours, envelope);
     }, 15000);
 
     test.each([

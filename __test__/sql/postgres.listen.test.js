@@ -45,8 +45,8 @@ function transport({ scheme = 'postgres', app = uniqueName('nmn_app'), ...option
 async function listenerPid(app) {
   const rows = await db.query(
     `SELECT pid FROM pg_stat_activity
-      WHERE application_name = $1 AND query LIKE 'LISTEN%' AND query LIKE $2`,
-    [app, `%"${TABLE}"%`],
+      WHERE application_name = $1 AND query = $2`,
+    [app, `LISTEN ${TABLE}`],
   );
   return rows[0]?.pid;
 }

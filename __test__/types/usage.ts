@@ -4,6 +4,9 @@
 // else changes: same class name, same options, same capabilities seen by the core.
 import {
   SqlTransport,
+  assertValidRedisDsn,
+  dialectFromDsn,
+  type SqlDialect,
   type OutboxStatement,
   type SqlTransportOptions,
   type TransportHealth,
@@ -28,6 +31,11 @@ import {
   type Serializer,
   type TransportInterface,
 } from '@schally/nestjs-messenger';
+import {
+  dialectFromDsn as upstreamDialectFromDsn,
+  type SqlDialect as UpstreamSqlDialect,
+} from '@schally/nestjs-messenger-transport-sql';
+import { assertValidRedisDsn as upstreamAssertValidRedisDsn } from '@schally/nestjs-messenger-transport-redis';
 import type { SqlTransportOptions as UpstreamSqlTransportOptions } from '@schally/nestjs-messenger-transport-sql';
 
 class OrderPlaced {
@@ -167,7 +175,20 @@ void transport.find(42);
 // @ts-expect-error options are readonly
 options.queueName = 'other';
 
+// Upstream's DSN exports under the same names: what code wrote against them still compiles.
+function dsnChecks(): SqlDialect {
+  const upstreamDialect: UpstreamSqlDialect = upstreamDialectFromDsn('postgres://localhost/db');
+  const widened: SqlDialect = upstreamDialect;
+  const sameRedisCheck: typeof upstreamAssertValidRedisDsn = assertValidRedisDsn;
+  const nothing: void = sameRedisCheck('redis://localhost:6379');
+  void nothing;
+  // @ts-expect-error a DSN is a string
+  dialectFromDsn(5432);
+  return dialectFromDsn('sqlite://queue.db') === 'sqlite' ? widened : dialectFromDsn('mariadb://localhost/db');
+}
+
 export const checks = [
+  dsnChecks,
   usage,
   asTransport,
   asSender,

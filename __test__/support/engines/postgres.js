@@ -120,13 +120,14 @@ function testAdmin(dsn = engine.dsn) {
   };
 }
 
-/** Backends LISTENing on messenger_messages, by who runs them. */
-async function listenerPids(kind) {
-  // upstream (pg): `LISTEN messenger_messages`; ours (sqlx PgListener): `LISTEN "messenger_messages";`
-  const pattern = kind === 'upstream' ? 'LISTEN messenger_messages' : 'LISTEN "messenger_messages"%';
+/**
+ * Backends LISTENing on messenger_messages. Upstream's listener and ours send the same text
+ * (`LISTEN messenger_messages`), so a consumer's is told as the one that appears after it starts.
+ */
+async function listenerPids() {
   const rows = await engine
     .admin()
-    .query('SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE $1', [pattern]);
+    .query('SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query = $1', ['LISTEN messenger_messages']);
   return new Set(rows.map((row) => row.pid));
 }
 
@@ -140,10 +141,10 @@ const fleet = {
    * connection exists and it had time to run its empty claim and its "next due" peek.
    */
   async whenIdle(kind, start) {
-    const before = await listenerPids(kind);
+    const before = await listenerPids();
     const consumer = start();
     await waitFor(
-      async () => [...(await listenerPids(kind))].some((pid) => !before.has(pid)),
+      async () => [...(await listenerPids())].some((pid) => !before.has(pid)),
       5000,
       `the ${kind} consumer's LISTEN connection`,
     );

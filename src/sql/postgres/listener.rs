@@ -5,9 +5,11 @@
 //! channel is not yet LISTENed they poll instead, and every change of state wakes them all so
 //! they re-plan (a notification may have been missed while the connection was away).
 
+use super::statements;
 use crate::stats::{Counters, Level};
 use crate::wake::WakeBoard;
 use sqlx::postgres::{PgListener, PgPool};
+use sqlx::Executor;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
@@ -96,8 +98,8 @@ impl PgNotifyListener {
                 _ = self.stop.cancelled() => return,
                 result = connect(&self.pool, &channels) => result,
             };
-            let mut listener = match connected {
-                Ok(listener) => listener,
+            let (mut listener, listens) = match connected {
+                Ok(connected) => connected,
                 Err(_) => {
                     lost |= self.set_down();
                     tokio::select! {
@@ -125,9 +127,11 @@ impl PgNotifyListener {
                     _ = self.wanted_changed.notified() => {
                         if lock(&self.wanted).len() != lock(&self.live).len() { break; }
                     }
+                    // The check repeats the LISTENs rather than `SELECT 1`, so the
+                    // connection keeps showing upstream's `LISTEN <table>` to operators.
                     _ = tokio::time::sleep(LIVENESS_PERIOD) => {
-                        let check = sqlx::query("SELECT 1").execute(&mut listener);
-                        if !matches!(tokio::time::timeout(LIVENESS_BOUND, check).await, Ok(Ok(_))) {
+                        let check = relisten(&mut listener, &listens);
+                        if !matches!(tokio::time::timeout(LIVENESS_BOUND, check).await, Ok(Ok(()))) {
                             lost |= self.set_down();
                             break;
                         }
@@ -161,15 +165,36 @@ impl PgNotifyListener {
     }
 }
 
-async fn connect(pool: &PgPool, channels: &[String]) -> Result<PgListener, sqlx::Error> {
+/// A listening connection and the LISTEN statements it runs (one per channel).
+async fn connect(
+    pool: &PgPool,
+    channels: &[String],
+) -> Result<(PgListener, Vec<String>), sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.eager_reconnect(false);
     listener.ignore_pool_close_event(false);
-    let names: Vec<&str> = channels.iter().map(String::as_str).collect();
-    if !names.is_empty() {
-        listener.listen_all(names).await?;
+    if channels.is_empty() {
+        return Ok((listener, Vec::new()));
     }
-    Ok(listener)
+    // Not sqlx's `listen_all`: it always quotes and joins (`LISTEN "t";`), which operators
+    // looking for upstream's `LISTEN t` in pg_stat_activity do not find. Its own channel
+    // list is not needed either: a lost connection is replaced whole by `run`.
+    let written: Vec<String> = sqlx::query_scalar(statements::WRITTEN_CHANNELS)
+        .bind(channels)
+        .fetch_all(&mut listener)
+        .await?;
+    let listens: Vec<String> = written.iter().map(|w| statements::listen(w)).collect();
+    relisten(&mut listener, &listens).await?;
+    Ok((listener, listens))
+}
+
+/// Runs the LISTEN statements, one simple query each, so the connection's last statement
+/// (what pg_stat_activity shows) is a LISTEN. Repeating one is a no-op on a live connection.
+async fn relisten(listener: &mut PgListener, listens: &[String]) -> Result<(), sqlx::Error> {
+    for listen in listens {
+        listener.execute(listen.as_str()).await?;
+    }
+    Ok(())
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

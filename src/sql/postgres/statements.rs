@@ -13,6 +13,18 @@ pub const TOKEN_OF: &str = "(extract(epoch FROM delivered_at) * 1000000)::bigint
 /// renewals: one lost in a crash only leaves its rows at their previous lease or claimable).
 const RELAXED_COMMIT: &str = "set_config('synchronous_commit', 'off', true)";
 
+/// `(channels[])` → each channel written as the server writes an identifier: bare where it
+/// needs no quoting, so the listener's `pg_stat_activity.query` reads `LISTEN <table>` as
+/// upstream's does, and quoted where the name is a keyword (a bare one would not parse). The
+/// server's own keyword list decides, not a copy of it.
+pub const WRITTEN_CHANNELS: &str =
+    "SELECT quote_ident(c) FROM unnest($1::text[]) WITH ORDINALITY AS t(c, n) ORDER BY n";
+
+/// The LISTEN of one channel as [`WRITTEN_CHANNELS`] wrote it: upstream's text, no semicolon.
+pub fn listen(written_channel: &str) -> String {
+    format!("LISTEN {written_channel}")
+}
+
 /// PostgreSQL's own statements (the shared-shape ones are in [`TableStatements`]).
 pub struct PgStatements {
     pub create_table: String,
@@ -203,6 +215,12 @@ mod tests {
         assert!(on.insert.contains("pg_notify") && on.redeliver.contains("pg_notify"));
         assert!(!off.insert.contains("pg_notify") && !off.redeliver.contains("pg_notify"));
         assert!(on.claim.contains("FOR UPDATE SKIP LOCKED"));
+    }
+
+    #[test]
+    fn listen_is_upstreams_text() {
+        assert_eq!(listen("messenger_messages"), "LISTEN messenger_messages");
+        assert_eq!(listen("\"order\""), "LISTEN \"order\"");
     }
 
     #[test]
