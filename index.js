@@ -7,5 +7,6 @@
 
 const { SqlTransport } = require('./lib/sql-transport');
 const { RedisStreamsTransport } = require('./lib/redis-streams-transport');
+const { TransportHealthIndicator } = require('./lib/transport-health-indicator');
 
-module.exports = { SqlTransport, RedisStreamsTransport };
+module.exports = { SqlTransport, RedisStreamsTransport, TransportHealthIndicator };
