@@ -9,7 +9,12 @@ import type {
 
 /** Options of {@link SqlTransport}: upstream's, with the same defaults, plus `connectTimeoutMs`. */
 /** Counters of one transport instance (`transport.stats()`). */
-/** What the `logger` option takes: a NestJS `LoggerService` (or `Logger`) fits. */
+/**
+ * What the `logger` option takes: a NestJS `LoggerService` fits (`new Logger('Messenger')`,
+ * `new ConsoleLogger()`, the `Logger` class, pino or winston adapters). A logger with a context
+ * of its own (Nest keeps it in `context`) is called with the transport leading the message, so
+ * Nest prints each line once; any other is called as `(message, transportName)`. See docs/nestjs.md.
+ */
 export interface TransportLogger {
   log(message: string, context?: string): unknown;
   warn(message: string, context?: string): unknown;
