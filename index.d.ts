@@ -9,7 +9,12 @@ import type {
 
 /** Options of {@link SqlTransport}: upstream's, with the same defaults, plus `connectTimeoutMs`. */
 /** Counters of one transport instance (`transport.stats()`). */
-/** What the `logger` option takes: a NestJS `LoggerService` (or `Logger`) fits. */
+/**
+ * What the `logger` option takes: a NestJS `LoggerService` fits (`new Logger('Messenger')`,
+ * `new ConsoleLogger()`, the `Logger` class, pino or winston adapters). A logger with a context
+ * of its own (Nest keeps it in `context`) is called with the transport leading the message, so
+ * Nest prints each line once; any other is called as `(message, transportName)`. See docs/nestjs.md.
+ */
 export interface TransportLogger {
   log(message: string, context?: string): unknown;
   warn(message: string, context?: string): unknown;
@@ -27,6 +32,48 @@ export interface TransportHealth {
     /** Why it is down (never a password). */
     readonly error?: string;
   };
+}
+
+/** What every transport of this package shares for health checks: `SqlTransport` and `RedisStreamsTransport` both fit. */
+export interface HealthCheckedTransport {
+  /** Reads the message count within `timeoutMs` (default 2000); never throws: `down` with the error. */
+  health(options?: { timeoutMs?: number }): Promise<TransportHealth>;
+}
+
+/** `@nestjs/terminus`'s result for one indicator: `{ [key]: { status, ...details } }`. */
+export type TransportHealthIndicatorResult<Key extends string = string> = {
+  [K in Key]: { status: 'up' | 'down' } & TransportHealth['details'];
+};
+
+/**
+ * The part of `@nestjs/terminus`'s `HealthIndicatorService` (11 and later) the indicator uses;
+ * terminus's own class fits.
+ */
+export interface HealthIndicatorServiceLike {
+  check(key: string): { up(data?: any): unknown; down(data?: any): unknown };
+}
+
+/**
+ * A `@nestjs/terminus` health indicator for any transport of this package, without a hard
+ * dependency on terminus. On terminus 11+, construct it with terminus's
+ * `HealthIndicatorService` (a `down` is returned through it); on terminus 10, without
+ * arguments (a `down` is thrown as terminus 10's `HealthCheckError` is).
+ *
+ * ```ts
+ * health.check([() => this.messenger.isHealthy('orders', ordersTransport)]);
+ * ```
+ */
+export declare class TransportHealthIndicator {
+  constructor(healthIndicatorService?: HealthIndicatorServiceLike);
+  /**
+   * Calls `transport.health(options)` and reports it under `key`: up, or down with the error.
+   * Rejects only for a bad argument (a key that is not a non-empty string, an invalid timeout).
+   */
+  isHealthy<const Key extends string>(
+    key: Key,
+    transport: HealthCheckedTransport,
+    options?: { timeoutMs?: number },
+  ): Promise<TransportHealthIndicatorResult<Key>>;
 }
 
 /** A snapshot of one transport instance from `stats()`: read synchronously, no I/O. */
@@ -128,7 +175,7 @@ export interface SqlTransportOptions {
  * blocking idle waits in Rust.
  */
 export declare class SqlTransport
-  implements TransportInterface, ListableReceiver, MessageRetriever, MessageCountAware
+  implements TransportInterface, ListableReceiver, MessageRetriever, MessageCountAware, HealthCheckedTransport
 {
   constructor(options: SqlTransportOptions);
   /** Creates the table and index if missing; always runs. */
@@ -239,7 +286,7 @@ export interface RedisStreamsTransportOptions {
  * delayed promotion in Rust.
  */
 export declare class RedisStreamsTransport
-  implements TransportInterface, ListableReceiver, MessageRetriever, MessageCountAware
+  implements TransportInterface, ListableReceiver, MessageRetriever, MessageCountAware, HealthCheckedTransport
 {
   constructor(options: RedisStreamsTransportOptions);
   /** Creates the consumer group (and the stream) if missing; get() and send() do it too. */

@@ -8,5 +8,6 @@
 const { SqlTransport } = require('./lib/sql-transport');
 const { RedisStreamsTransport } = require('./lib/redis-streams-transport');
 const { dialectFromDsn, assertValidRedisDsn } = require('./lib/dsn-schemes');
+const { TransportHealthIndicator } = require('./lib/transport-health-indicator');
 
-module.exports = { SqlTransport, RedisStreamsTransport, dialectFromDsn, assertValidRedisDsn };
+module.exports = { SqlTransport, RedisStreamsTransport, TransportHealthIndicator, dialectFromDsn, assertValidRedisDsn };

@@ -10,6 +10,9 @@ const DRAIN_EVERY_MS = 500;
  * object. The native side keeps events once asked and this pulls them (after each claim, on an
  * unref'd timer, at close): no Rust thread ever calls into JavaScript. A logger that throws is
  * ignored: logging must not break a transport.
+ *
+ * How each line is handed over depends on whether the logger already has a context of its own
+ * (see `lineFor`), because Nest's loggers read a second argument differently per level.
  */
 class EventLog {
   #queue;
@@ -42,7 +45,7 @@ class EventLog {
    */
   report(level, message) {
     try {
-      this.#logger[level](message, this.#context);
+      this.#logger[level](...lineFor(this.#logger, message, this.#context));
     } catch {
       // A failing logger must not fail the transport.
     }
@@ -53,6 +56,31 @@ class EventLog {
     clearInterval(this.#timer);
     this.drain();
   }
+}
+
+/**
+ * The arguments of one logger call. A Nest `Logger` or `ConsoleLogger` built with a context
+ * (`new Logger('Messenger')`) appends that context after our arguments, so a second argument
+ * of ours would be printed as a second message by `log`/`warn`, and as a stack trace by
+ * `error`. Such a logger gets one argument, the message prefixed with the transport; every
+ * other logger (a context-free `ConsoleLogger`, the static `Logger` class, a plain object, a
+ * pino or winston adapter) gets the transport as its context, Nest's `(message, context)`.
+ * @param {import('../index').TransportLogger} logger
+ * @param {string} message
+ * @param {string} context the transport, by kind and name
+ * @returns {[string] | [string, string]}
+ */
+function lineFor(logger, message, context) {
+  return hasOwnContext(logger) ? [`${context}: ${message}`] : [message, context];
+}
+
+/**
+ * Whether the logger carries a context it adds to every call: Nest's `Logger` and
+ * `ConsoleLogger` keep it in a `context` field (protected in their types, plain at run time).
+ * The static `Logger` class has none: it forwards to the app's logger as it is called.
+ */
+function hasOwnContext(logger) {
+  return typeof logger === 'object' && typeof logger.context === 'string' && logger.context !== '';
 }
 
 /**

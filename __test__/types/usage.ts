@@ -3,7 +3,10 @@
 // A NestJS app swaps `@schally/nestjs-messenger-transport-sql` for this package and nothing
 // else changes: same class name, same options, same capabilities seen by the core.
 import {
+  RedisStreamsTransport,
   SqlTransport,
+  TransportHealthIndicator,
+  type HealthCheckedTransport,
   assertValidRedisDsn,
   dialectFromDsn,
   type SqlDialect,
@@ -37,6 +40,8 @@ import {
 } from '@schally/nestjs-messenger-transport-sql';
 import { assertValidRedisDsn as upstreamAssertValidRedisDsn } from '@schally/nestjs-messenger-transport-redis';
 import type { SqlTransportOptions as UpstreamSqlTransportOptions } from '@schally/nestjs-messenger-transport-sql';
+import type { HealthCheckService as HealthCheckService10 } from 'terminus10';
+import type { HealthCheckService as HealthCheckService11, HealthIndicatorService } from 'terminus11';
 
 class OrderPlaced {
   constructor(
@@ -187,6 +192,33 @@ function dsnChecks(): SqlDialect {
   return dialectFromDsn('sqlite://queue.db') === 'sqlite' ? widened : dialectFromDsn('mariadb://localhost/db');
 }
 
+// A terminus health check over both transports (one shared type), on terminus 11 (with its
+// HealthIndicatorService) and on terminus 10 (without).
+async function terminusChecks(
+  health10: HealthCheckService10,
+  health11: HealthCheckService11,
+  indicators: HealthIndicatorService,
+): Promise<'up' | 'down'> {
+  const orders = new SqlTransport({ dsn: 'postgres://localhost/app' });
+  const events = new RedisStreamsTransport({ dsn: 'redis://localhost:6379', stream: 'events' });
+  const both: HealthCheckedTransport[] = [orders, events];
+  const messenger = new TransportHealthIndicator(indicators);
+  const result = await health11.check([
+    () => messenger.isHealthy('orders', orders),
+    () => messenger.isHealthy('events', events, { timeoutMs: 1000 }),
+  ]);
+  const legacy = new TransportHealthIndicator();
+  await health10.check(both.map((transport, i) => () => legacy.isHealthy(`transport-${i}`, transport)));
+  const one = await messenger.isHealthy('orders', orders);
+  const messages: number | undefined = one.orders.messages;
+  void messages;
+  // @ts-expect-error the key is a string
+  void messenger.isHealthy(1, orders);
+  // @ts-expect-error the indicator checks a transport (something with health())
+  void messenger.isHealthy('orders', {});
+  return result.details['orders']?.status ?? 'down';
+}
+
 export const checks = [
   dsnChecks,
   usage,
@@ -198,4 +230,5 @@ export const checks = [
   asCountAware,
   asFailureTransport,
   capabilities,
+  terminusChecks,
 ] as const;
