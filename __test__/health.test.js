@@ -1,6 +1,6 @@
 'use strict';
 
-// transport.health() (issue 11 §2) on every engine, against the shared servers: up with the
+// transport.health() on every engine, against the shared servers: up with the
 // queue's message count and the probe's latency; down, within its bound and without throwing,
 // for a refused port, a server that accepts and never answers, and a closed transport; never a
 // password in what it reports. A server stopped and started again under a live transport is in

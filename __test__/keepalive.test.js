@@ -1,10 +1,11 @@
 'use strict';
 
-// Every connection a transport opens has TCP keepalive, so that a server gone silent (a
-// dropped NAT entry, a host gone without a reset) is noticed on an idle connection too (issue 9,
-// scenario 5). Read from outside with `ss`: the kernel shows a keepalive timer on an idle
-// established socket only when SO_KEEPALIVE is set. A child process of its own, so that every
-// connection it holds to the server is a transport's (the test process has drivers of its own).
+// Every connection a transport opens has TCP keepalive, so that a server gone silent (a dropped
+// NAT entry, a host gone without a reset) is noticed on an idle connection too (see the
+// blackhole fault scenario). Read from outside with `ss`: the kernel shows a keepalive timer on
+// an idle established socket only when SO_KEEPALIVE is set. A child process of its own, so that
+// every connection it holds to the server is a transport's (the test process has drivers of its
+// own).
 
 const { postgres, mysql, redis } = require('./support/engines');
 const { runChild } = require('./support/child');

@@ -1,6 +1,6 @@
 'use strict';
 
-// The `logger` option (issue 11 §2) on every engine, against the shared servers: a NestJS
+// The `logger` option on every engine, against the shared servers: a NestJS
 // LoggerService-shaped object hears of each poison message removed (its id and type, never its
 // body), a logger that throws breaks nothing, and a logger without the three methods is refused.
 // Connections lost and back (PostgreSQL's LISTEN connection, a Redis connection, a SQL

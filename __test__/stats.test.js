@@ -1,6 +1,6 @@
 'use strict';
 
-// transport.stats() (issue 11 §2) on every engine: a synchronous snapshot whose every counter
+// transport.stats() on every engine: a synchronous snapshot whose every counter
 // moves when, and only when, what it counts happens: sends, claims and their size and
 // duration, buffered and in-flight messages, acks (and the write-behind ones pending), rejects,
 // poison removals, the last error (with no password in it). Reconnects are shown by the fault

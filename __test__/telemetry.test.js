@@ -1,6 +1,6 @@
 'use strict';
 
-// OpenTelemetry metrics (issue 11 §2) on every engine, read back through the SDK's in-memory
+// OpenTelemetry metrics on every engine, read back through the SDK's in-memory
 // exporter: exact sent and consumed counts, the send and receive (claim) durations, the
 // messaging semantic conventions' names, units and attributes, `error.type` on a failed send.
 // And, in a process where `@opentelemetry/api` cannot be resolved, transports that work and

@@ -1,7 +1,7 @@
 'use strict';
 
 // The benchmark's "Engine limits": each engine's own-statements limit measured in the run, at
-// B1's depth and at the deep run's, and native B1 as a share of it (issue 12: ≥ 60%); and the
+// B1's depth and at the deep run's, and native B1 as a share of it (target: ≥ 60%); and the
 // wake-up floor native B4 is set against.
 
 const { OWN_STATEMENTS, ownStatementsLimit, redisXaddLimit } = require('./limits');

@@ -18,7 +18,7 @@ const RUNS = {
 };
 
 /**
- * The targets of the performance issues, native ÷ upstream (higher is better unless
+ * The performance targets, native ÷ upstream (higher is better unless
  * `lowerIsBetter`), or an absolute bound on the native figure. `metric` names the field of a
  * run's result; `run` the key in RUNS when it is not the target's own.
  */

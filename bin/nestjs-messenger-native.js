@@ -2,7 +2,7 @@
 'use strict';
 
 // `npx nestjs-messenger-native doctor|stats [--dsn …]` (or the DSN in MESSENGER_DSN /
-// DATABASE_URL): see `--help` and the README's "Operating: doctor and stats". Exit codes: 0 ok, 1 a check failed (or stats could not
+// DATABASE_URL): see `--help` and docs/operations.md. Exit codes: 0 ok, 1 a check failed (or stats could not
 // sample), 2 bad usage.
 
 const { parseCommandLine, UsageError, USAGE } = require('../lib/cli/args');

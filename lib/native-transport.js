@@ -240,7 +240,7 @@ class NativeTransport {
    * Checks that the transport reaches its storage, within `timeoutMs` (default 2000): reads the
    * queue's message count. Never throws: `{ status: 'up', details }` with the count and the
    * latency, or `{ status: 'down', details }` with the error (no password in it). For
-   * `@nestjs/terminus`, see the README.
+   * `@nestjs/terminus`, see docs/operations.md.
    * @param {{ timeoutMs?: number }} [options]
    * @returns {Promise<import('../index').TransportHealth>}
    */

@@ -1,9 +1,9 @@
 'use strict';
 
-// Fault scenario 6 (issue 9): ambiguous writes. The proxy forwards a write to the private
+// Fault scenario: ambiguous writes. The proxy forwards a write to the private
 // server and resets the client before the reply: the write ran, its outcome never arrived.
 //
-// Expected (README, "Reliability"):
+// Expected (docs/reliability.md):
 // - a send either resolves with exactly one stored row, or rejects with
 //   TransportConnectionError saying the message may have been stored; never two rows;
 // - a claim whose reply was lost does not hide its rows for the lease: on Redis the entries it

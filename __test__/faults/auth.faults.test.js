@@ -1,7 +1,7 @@
 'use strict';
 
-// Fault scenario 7 (issue 9): the password changes under a running consumer and its connections
-// are killed (a rotated credential). Expected (README, Reliability): no login storm (the
+// Fault scenario: the password changes under a running consumer and its connections
+// are killed (a rotated credential). Expected (docs/reliability.md): no login storm (the
 // consumer tries a few times with growing pauses), sends reject with TransportConnectionError,
 // and the consumer's get() ends with TransportConnectionError after its few tries, so the core
 // Worker stops instead of spinning silently. No password appears in any error. Runs on

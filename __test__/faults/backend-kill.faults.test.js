@@ -1,6 +1,6 @@
 'use strict';
 
-// Fault scenario 4 (issue 9): every connection of the code under test is killed by the server
+// Fault scenario: every connection of the code under test is killed by the server
 // under load — PostgreSQL pg_terminate_backend of every other backend (the LISTEN connection
 // included), MariaDB KILL of every other connection, Redis CLIENT KILL TYPE normal — four times,
 // 250 ms apart under load (each after the first hits what reconnected meanwhile), then once more

@@ -1,6 +1,6 @@
 'use strict';
 
-// Fault scenario 9 (issue 9): bad input, property-based. fast-check generates the inputs a
+// Fault scenario: bad input, property-based. fast-check generates the inputs a
 // confused or hostile caller can hand the transports, and each property runs against the real
 // servers (the shared PostgreSQL, MariaDB and Redis; SQLite on a temporary file):
 //
@@ -17,7 +17,7 @@
 //      lone surrogates everywhere, a few MB for Redis and SQLite): a send stores exactly one row
 //      that round-trips exactly, or rejects with a typed error and stores nothing.
 //
-// Each property first runs the cases the issue names (as fast-check `examples`, so none is left
+// Each property first runs the named edge cases (as fast-check `examples`, so none is left
 // to chance), then random ones. fast-check draws a new seed each run and prints it with the
 // shrunk counterexample when a property fails; FC_SEED=<seed> (and FC_PATH=<path> from that
 // report) replays it, FC_NUM_RUNS=<n> searches deeper. The run counts are small so that the
@@ -45,7 +45,7 @@ const { closedPort } = require('../support/ports');
 const RUNS = { dsn: 40, names: 25, loneNames: 6, options: 30, payloads: 10, lonePayloads: 6, packet: 4 };
 /** The connect timeout the DSN properties give every transport: nothing may wait long. */
 const DSN_CONNECT_TIMEOUT_MS = 500;
-/** README: a SQL operation gives up after connectTimeoutMs + 10 s; a second more for the event loop. */
+/** docs/reliability.md: a SQL operation gives up after connectTimeoutMs + 10 s; a second more for the event loop. */
 const DSN_OP_BOUND_MS = DSN_CONNECT_TIMEOUT_MS + 11_000;
 /** An operation on a reachable server with a working configuration. */
 const OP_BOUND_MS = 15_000;
@@ -61,7 +61,7 @@ const CLOSE_BOUND_MS = 10_000;
 function fcParams(numRuns, examples = []) {
   return {
     numRuns: process.env.FC_NUM_RUNS !== undefined ? Number(process.env.FC_NUM_RUNS) : numRuns,
-    // Run first, every time: the cases the issue names, so that none is left to chance.
+    // Run first, every time: the named edge cases, so that none is left to chance.
     examples: examples.map((example) => [example]),
     ...(process.env.FC_SEED !== undefined && { seed: Number(process.env.FC_SEED) }),
     ...(process.env.FC_PATH !== undefined && { path: process.env.FC_PATH }),

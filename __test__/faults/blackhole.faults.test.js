@@ -1,6 +1,6 @@
 'use strict';
 
-// Fault scenario 5 (issue 9), short form: the network to the server goes silent for 8 s under
+// Fault scenario, short form: the network to the server goes silent for 8 s under
 // load (a proxy in front of a private server stops forwarding in both directions and keeps every
 // socket open; new connections are accepted and get nothing), then comes back. Every transport
 // of the scenario reaches the server through the proxy.
@@ -26,7 +26,7 @@ const { settleWithin } = require('./support/account');
 const SCENARIO = path.join(__dirname, 'support', 'blackhole-scenario.js');
 // After close(), the process exits by itself; an operation that was waiting on the silent server
 // when the transports closed may hold it until that operation's own bound (connectTimeoutMs +
-// 10 s, README "Reliability"), never longer.
+// 10 s, docs/reliability.md), never longer.
 const { BOUND_MS } = require('./support/blackhole-scenario');
 const EXIT_BOUND_MS = BOUND_MS;
 

@@ -1,6 +1,6 @@
 'use strict';
 
-// Fault scenario 1 (issue 9): kill -9 of a consumer process that holds a message in flight and
+// Fault scenario: kill -9 of a consumer process that holds a message in flight and
 // the rest of its claim prefetched, in both ack modes, with a 2 s lease (redeliverTimeoutSeconds
 // 2 on SQL, claimIdleMs 2000 on Redis). A surviving consumer in this process drains everything
 // else first and is idle when the kill comes, so only the lease (not a send, not a poll of new

@@ -1,6 +1,6 @@
 'use strict';
 
-// Fault scenario 8 (issue 9): fenced settles. A consumer process holds a message in its handler
+// Fault scenario: fenced settles. A consumer process holds a message in its handler
 // (and more prefetched) with a 1 s lease, and is frozen (SIGSTOP: a stop-the-world pause, a
 // suspended VM) for longer than the lease, so it cannot renew its claim. A consumer in this
 // process takes its messages over and handles them. Then the frozen one resumes and settles its
@@ -99,7 +99,7 @@ describe.each(Object.keys(SERVERS))('%s: a consumer frozen past its lease settle
       // and nobody can write until it thaws: that is SQLite, not this scenario. Freeze again,
       // after a moment's thaw, until the freeze lands outside a write.
       // MariaDB likewise: a process frozen inside its claim's transaction keeps the rows that
-      // claim locked (see the README's "Reliability"), the held message among them when InnoDB
+      // claim locked (see docs/reliability.md), the held message among them when InnoDB
       // locked it as it scanned; this scenario is about settles, so freeze outside a claim.
       const stoppedInside = async () => (engine === 'sqlite' ? writeLocked(dsn) : engine === 'mariadb' && (await claimOpen()));
       for (let attempt = 0; attempt < 10 && (await stoppedInside()); attempt += 1) {

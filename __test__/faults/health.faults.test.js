@@ -1,6 +1,6 @@
 'use strict';
 
-// transport.health() (issue 11 §2) across a server stop, on a private server of the suite's
+// transport.health() across a server stop, on a private server of the suite's
 // own: up before; down, within its bound and without throwing, while the server is stopped;
 // up again once it is back, on the same transport instance (a terminus check that keeps
 // polling it sees the outage and the recovery).

@@ -5,7 +5,7 @@
 // connection while the transport is idle; its connections have been back in the pool for
 // over a second by then.
 //
-// Expected (README, "Reliability"): the send after the reset is stored, once, with no error:
+// Expected (docs/reliability.md): the send after the reset is stored, once, with no error:
 // a connection that sat in the pool for a second or more is pinged before it is handed out,
 // and a dead one is replaced before anything is written. (Before: the send was written on the
 // dead connection and failed with TransportConnectionError, its outcome unknown.)

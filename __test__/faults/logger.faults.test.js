@@ -1,6 +1,6 @@
 'use strict';
 
-// The `logger` option (issue 11 §2) when connections really drop, on a private server: the
+// The `logger` option when connections really drop, on a private server: the
 // logger of an idle consumer hears that the connection was lost and that it is back —
 // PostgreSQL's LISTEN connection when every backend is killed, a Redis consumer's connection
 // when its client is killed, a MariaDB consumer's when the server restarts — and consuming

@@ -1,6 +1,6 @@
 'use strict';
 
-// Fault scenario 3 (issue 9): the server restarts under load — PostgreSQL `pg_ctl stop -m fast`
+// Fault scenario: the server restarts under load — PostgreSQL `pg_ctl stop -m fast`
 // then start, MariaDB orderly shutdown then start, Redis kill -9 then start with its
 // fsync-always AOF — each down for DOWN_MS, on a private server of the suite's own.
 //

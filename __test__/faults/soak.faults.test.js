@@ -1,6 +1,6 @@
 'use strict';
 
-// Fault scenario 11 (issue 9): soak under faults. Producers and consumers move SOAK_MESSAGES
+// Fault scenario: soak under faults. Producers and consumers move SOAK_MESSAGES
 // messages through a private server behind the proxy while faults come in turn, one at each
 // quarter of the volume (so each kind meets the sends however fast they go): a server
 // restart, every backend killed, a network blackhole. Expected: every confirmed

@@ -1,6 +1,6 @@
 'use strict';
 
-// Fault scenario 10 (issue 9): TLS is verified when the DSN asks for it. On private
+// Fault scenario: TLS is verified when the DSN asks for it. On private
 // PostgreSQL and MariaDB servers that serve TLS with a certificate signed by a CA made for the
 // test (support/tls-files.js), a DSN asking for a verified connection (PostgreSQL
 // `sslmode=verify-full&sslrootcert=…`, MySQL `ssl-mode=VERIFY_IDENTITY&ssl-ca=…`):

@@ -1,7 +1,7 @@
 'use strict';
 
-// The README's outbox lines for TypeORM and MikroORM, run as written against the real servers
-// (issue 11): the statement goes through the ORM's own transaction, so a commit delivers it
+// The outbox lines of docs/outbox.md for TypeORM and MikroORM, run as written against the real
+// servers: the statement goes through the ORM's own transaction, so a commit delivers it
 // and a rollback (the business write failing after it) does not. Knex and the bare drivers
 // are in outbox.test.js.
 
@@ -11,7 +11,7 @@ const { closeAll, envelopeOf, receiveUpTo, serializer } = require('../support/tr
 const BUSINESS_FAILURE = 'the business write failed';
 
 /**
- * An ORM as an app opens it, and the README's line that runs the outbox statement inside
+ * An ORM as an app opens it, and the docs' line that runs the outbox statement inside
  * its transaction. `transaction(run)` commits unless `run` throws.
  */
 const orms = [

@@ -1,6 +1,6 @@
 'use strict';
 
-// The transactional outbox (issue 11): `SqlTransport#outboxStatement(envelope)` run by the
+// The transactional outbox: `SqlTransport#outboxStatement(envelope)` run by the
 // drivers apps really use (`pg`, a `pg` pool client, `mysql2`, `better-sqlite3` in an app
 // process of its own, Knex) inside their own transaction, against the real servers. Commit: delivered once, as the row `send()` would
 // have written (upstream workers read it too); rollback: never delivered; a delay is honoured;

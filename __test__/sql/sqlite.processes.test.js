@@ -1,10 +1,10 @@
 'use strict';
 
-// Several OS processes sharing one SQLite file (README, engine notes: WAL, busy timeout, one
-// write transaction per claim, "so several processes can share a file safely"). Consumers are
-// forked node processes running __test__/support/sqlite-consumer.js; the parent sends, watches
-// what each child reports over IPC, and checks the union: every message exactly once, none
-// lost, and crash recovery across processes.
+// Several OS processes sharing one SQLite file (docs/semantics.md, engine notes: WAL, busy
+// timeout, one write transaction per claim, "so several processes can share a file safely").
+// Consumers are forked node processes running __test__/support/sqlite-consumer.js; the parent
+// sends, watches what each child reports over IPC, and checks the union: every message exactly
+// once, none lost, and crash recovery across processes.
 
 const fs = require('node:fs');
 const path = require('node:path');

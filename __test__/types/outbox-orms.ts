@@ -1,4 +1,4 @@
-// Compile-only check of the README's outbox lines for TypeORM and MikroORM against the ORMs'
+// Compile-only check of docs/outbox.md's outbox lines for TypeORM and MikroORM against the ORMs'
 // own declarations (npm run test:types); __test__/sql/outbox-orm.test.js runs them.
 import { Envelope } from '@schally/nestjs-messenger';
 import type { DataSource } from 'typeorm';

@@ -21,7 +21,7 @@ const CONNECT_TIMEOUT_MS = 1000;
  * lets the account see them come back instead of counting them lost for an hour.
  */
 const LEASE_MS = 12_000;
-// The documented bound of every SQL operation: connectTimeoutMs + 10 s (README, Reliability),
+// The documented bound of every SQL operation: connectTimeoutMs + 10 s (docs/reliability.md),
 // plus half a second for timers and the event loop of a busy 2-core machine.
 const BOUND_MS = CONNECT_TIMEOUT_MS + 10_000 + 500;
 // The silence outlasts the bound, so the bound is what ends every wait.

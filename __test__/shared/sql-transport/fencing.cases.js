@@ -1,10 +1,11 @@
 'use strict';
 
-// Fenced settles (issue 9, scenario 8): an ack or a reject that comes after its claim lapsed
-// and another consumer took the row over leaves the newer delivery alone, and is counted in
-// stats().staleSettles; acking a find() result still deletes by id. The lapse is made in the
-// database (the claim's delivered_at moved an hour back: what a consumer frozen for an hour
-// looks like to the others). Part of the shared SqlTransport suite (../sql-transport.suite.js).
+// Fenced settles (as in the frozen-consumer fault scenario): an ack or a reject that comes
+// after its claim lapsed and another consumer took the row over leaves the newer delivery
+// alone, and is counted in stats().staleSettles; acking a find() result still deletes by id.
+// The lapse is made in the database (the claim's delivered_at moved an hour back: what a
+// consumer frozen for an hour looks like to the others). Part of the shared SqlTransport suite
+// (../sql-transport.suite.js).
 
 const { envelopeOf, idOf, receiveOne, pollUntil } = require('../../support/transport-helpers');
 
