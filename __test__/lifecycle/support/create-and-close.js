@@ -11,7 +11,7 @@ const { SqlTransport, RedisStreamsTransport } = require('../../..');
 const { liveNativeQueues } = require('../../../binding.js');
 const { Envelope, JsonSerializer } = require('@schally/nestjs-messenger');
 
-const WARM_UP = 5000;
+const WARM_UP = 7000;
 const SAMPLE_EVERY = 1000;
 
 class Job {
