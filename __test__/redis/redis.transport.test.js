@@ -987,7 +987,8 @@ describe('list, find and getMessageCount', () => {
     const found = await t.find(id);
     expect(found.message).toEqual(new TestMessage('findable', 'f'));
     expect(found.last(TransportMessageIdStamp)).toEqual(new TransportMessageIdStamp(id));
-    expect(found.last(ReceivedStamp)).toBeUndefined();
+    // Stamped as upstream's find() stamps it: received by this transport (named after its stream).
+    expect(found.last(ReceivedStamp)).toEqual(new ReceivedStamp(stream));
     for (const missing of [nonce, 'abc', '0-0', '99999999999999-0', '1-2-3', '', '-', '+']) {
       expect({ missing, found: await t.find(missing) }).toEqual({ missing, found: undefined });
     }
