@@ -131,6 +131,8 @@ struct Inner {
     connecting: Option<Connecting>,
     retry_at: Option<Instant>,
     waiting: Vec<(NewMessage, u32)>,
+    /// The bytes of `waiting`, kept as it changes: the backlog check runs on every send.
+    waiting_bytes: usize,
     closed: bool,
 }
 
@@ -174,6 +176,7 @@ impl DirectSends {
             connecting: None,
             retry_at: None,
             waiting: Vec::new(),
+            waiting_bytes: 0,
             closed: false,
         }));
         // SAFETY: `inner` is alive until Drop, which removes the hook and closes the timer
@@ -347,6 +350,7 @@ impl Inner {
         }
         self.queue.check_send(&message)?;
         self.check_backlog(&message)?;
+        self.waiting_bytes = self.waiting_bytes.saturating_add(weight(&message));
         self.waiting.push((message, seq));
         if idle || self.waiting.len() >= PIPELINE_AT {
             self.write_next();
@@ -361,13 +365,8 @@ impl Inner {
         if self.waiting.is_empty() {
             return Ok(());
         }
-        let bytes = || -> usize {
-            self.waiting
-                .iter()
-                .map(|(m, _)| weight(m))
-                .fold(weight(message), usize::saturating_add)
-        };
-        if self.waiting.len() >= backlog.items || bytes() > backlog.bytes {
+        let bytes = self.waiting_bytes.saturating_add(weight(message));
+        if self.waiting.len() >= backlog.items || bytes > backlog.bytes {
             return Err(Error::backlog_full(format!(
                 "The transport's write backlog is full ({} sends waiting for a reply to the batch in flight; the bound is {} and {} bytes): refused, nothing was written.",
                 self.waiting.len(),
@@ -444,6 +443,8 @@ impl Inner {
         }
         let take = crate::queue::SEND_BOUND.take(&self.waiting);
         let (messages, seqs): (Vec<NewMessage>, Vec<u32>) = self.waiting.drain(..take).unzip();
+        let taken_bytes = messages.iter().map(weight).fold(0, usize::saturating_add);
+        self.waiting_bytes = self.waiting_bytes.saturating_sub(taken_bytes);
         let (request, resend) = self.wire.encode(messages);
         conn.unsent.extend_from_slice(&request);
         conn.flights.push_back(Flight {
@@ -559,7 +560,7 @@ impl Inner {
                 }
                 return self.fail();
             }
-            let waiting = std::mem::take(&mut self.waiting);
+            let waiting = self.take_waiting();
             self.hand_over(again, waiting);
         }
         if ended {
@@ -624,7 +625,7 @@ impl Inner {
             }
             None => Vec::new(),
         };
-        let waiting: Vec<(NewMessage, u32)> = std::mem::take(&mut self.waiting);
+        let waiting = self.take_waiting();
         if !self.closed {
             self.retry_at = Some(Instant::now() + RETRY_AFTER);
         }
@@ -639,8 +640,7 @@ impl Inner {
         if let Some(mut timer) = self.timer.take() {
             timer.close();
         }
-        let mut lost = self.waiting.len();
-        self.waiting.clear();
+        let mut lost = self.take_waiting().len();
         if let Some(mut conn) = self.conn.take() {
             conn.poll.close();
             lost += conn.flights.drain(..).map(|f| f.seqs.len()).sum::<usize>();
@@ -651,6 +651,12 @@ impl Inner {
                 "{lost} send(s) were in flight when their JavaScript environment was torn down (they may have been stored)."
             )));
         }
+    }
+
+    /// Every waiting send, leaving none.
+    fn take_waiting(&mut self) -> Vec<(NewMessage, u32)> {
+        self.waiting_bytes = 0;
+        std::mem::take(&mut self.waiting)
     }
 
     /// Sends `flights` again on the runtime, as the same batches; `waiting` (never written)
