@@ -1,0 +1,164 @@
+'use strict';
+
+// Lists the import cycles between the files of src/: every `crate::`, `super::` and `self::`
+// path a file names (in `use` lines and inline) is resolved to the file that defines it, and
+// the strongly connected components of that graph with more than one file are the cycles.
+// `mod` declarations are not edges: a parent owns its children, it does not import them.
+// Exits 1 when there is a cycle, printing each; `--json` prints the graph's cycles as JSON.
+
+const fs = require('node:fs');
+const path = require('node:path');
+
+const SRC = path.join(__dirname, '..', 'src');
+
+/** Every .rs file under src/, as its module path (['sql', 'dialect']) and file path. */
+function moduleFiles(dir = SRC, prefix = []) {
+  const files = [];
+  for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
+    const full = path.join(dir, entry.name);
+    if (entry.isDirectory()) {
+      files.push(...moduleFiles(full, [...prefix, entry.name]));
+    } else if (entry.name.endsWith('.rs')) {
+      const stem = entry.name.slice(0, -3);
+      const modulePath = stem === 'mod' || (prefix.length === 0 && stem === 'lib') ? prefix : [...prefix, stem];
+      files.push({ modulePath, file: path.relative(SRC, full) });
+    }
+  }
+  return files;
+}
+
+/** The text of a file without comments and string literals (their words are not imports). */
+function code(text) {
+  return text
+    .replace(/\/\*[\s\S]*?\*\//g, '')
+    .replace(/\/\/[^\n]*/g, '')
+    .replace(/r#*"[\s\S]*?"#*/g, '""')
+    .replace(/"(?:[^"\\]|\\.)*"/g, '""');
+}
+
+/** `use a::{b, c::{d, e}}` expanded to the full paths it names. */
+function expandUse(tree) {
+  const brace = tree.indexOf('{');
+  if (brace === -1) return [tree.split(' as ')[0].trim()];
+  const head = tree.slice(0, brace);
+  const body = tree.slice(brace + 1, tree.lastIndexOf('}'));
+  const parts = [];
+  let depth = 0;
+  let start = 0;
+  for (let i = 0; i < body.length; i += 1) {
+    if (body[i] === '{') depth += 1;
+    else if (body[i] === '}') depth -= 1;
+    else if (body[i] === ',' && depth === 0) {
+      parts.push(body.slice(start, i));
+      start = i + 1;
+    }
+  }
+  parts.push(body.slice(start));
+  return parts.map((p) => p.trim()).filter(Boolean).flatMap((p) => expandUse(head + p));
+}
+
+/** The module paths a file refers to, absolute (['sql', 'dialect', 'SqlDialect']). */
+function referencedPaths(text, modulePath) {
+  const source = code(text);
+  const paths = [];
+  for (const match of source.matchAll(/\buse\s+([^;]+);/g)) {
+    paths.push(...expandUse(match[1].replace(/\s+/g, ' ')));
+  }
+  for (const match of source.matchAll(/\b(?:crate|super|self)(?:::[A-Za-z_][A-Za-z0-9_]*)+/g)) paths.push(match[0]);
+  // A file's own module is its path; `super::` climbs one module per use.
+  return paths.flatMap((p) => {
+    let segments = p.split('::').map((s) => s.trim()).filter((s) => s !== '' && s !== '*');
+    if (segments[0] === 'crate') return [segments.slice(1)];
+    if (segments[0] === 'self') return [[...modulePath, ...segments.slice(1)]];
+    if (segments[0] !== 'super') return [];
+    let base = modulePath;
+    while (segments[0] === 'super') {
+      base = base.slice(0, -1);
+      segments = segments.slice(1);
+    }
+    return [[...base, ...segments]];
+  });
+}
+
+/** The import graph: file → set of files it refers to (itself excluded). */
+function importGraph() {
+  const files = moduleFiles();
+  const byModule = new Map(files.map((f) => [f.modulePath.join('::'), f.file]));
+  const graph = new Map();
+  for (const { modulePath, file } of files) {
+    const text = fs.readFileSync(path.join(SRC, file), 'utf8');
+    const targets = new Set();
+    for (const referenced of referencedPaths(text, modulePath)) {
+      // The longest prefix that is a module names the file that defines the item.
+      for (let n = referenced.length; n >= 0; n -= 1) {
+        const target = byModule.get(referenced.slice(0, n).join('::'));
+        if (target !== undefined) {
+          if (target !== file) targets.add(target);
+          break;
+        }
+      }
+    }
+    graph.set(file, targets);
+  }
+  return graph;
+}
+
+/** Strongly connected components with more than one file (Tarjan). */
+function cycles(graph) {
+  let index = 0;
+  const indexes = new Map();
+  const low = new Map();
+  const stack = [];
+  const onStack = new Set();
+  const found = [];
+  const visit = (node) => {
+    indexes.set(node, index);
+    low.set(node, index);
+    index += 1;
+    stack.push(node);
+    onStack.add(node);
+    for (const next of graph.get(node) ?? []) {
+      if (!indexes.has(next)) {
+        visit(next);
+        low.set(node, Math.min(low.get(node), low.get(next)));
+      } else if (onStack.has(next)) {
+        low.set(node, Math.min(low.get(node), indexes.get(next)));
+      }
+    }
+    if (low.get(node) === indexes.get(node)) {
+      const component = [];
+      let member;
+      do {
+        member = stack.pop();
+        onStack.delete(member);
+        component.push(member);
+      } while (member !== node);
+      if (component.length > 1) found.push(component.sort());
+    }
+  };
+  for (const node of [...graph.keys()].sort()) if (!indexes.has(node)) visit(node);
+  return found;
+}
+
+function main() {
+  const graph = importGraph();
+  const found = cycles(graph);
+  if (process.argv.includes('--json')) {
+    process.stdout.write(`${JSON.stringify(found, null, 2)}\n`);
+  } else if (found.length === 0) {
+    process.stdout.write(`No import cycle between the ${graph.size} files of src/.\n`);
+  } else {
+    for (const component of found) {
+      process.stdout.write(`Cycle of ${component.length} files:\n`);
+      for (const file of component) {
+        const inside = [...graph.get(file)].filter((f) => component.includes(f));
+        process.stdout.write(`  ${file} → ${inside.join(', ')}\n`);
+      }
+    }
+  }
+  process.exitCode = found.length === 0 ? 0 : 1;
+}
+
+if (require.main === module) main();
+
+module.exports = { importGraph, cycles };
