@@ -266,10 +266,10 @@ unsafe extern "C" fn on_poll(
     status: std::ffi::c_int,
     events: std::ffi::c_int,
 ) {
-    // SAFETY: the handle's data is the Inner that owns it, alive while the handle is open;
-    // on its JavaScript thread, outside any napi call (see DirectSends). The borrow ends
-    // before JavaScript is called.
     let ready = {
+        // SAFETY: the handle's data is the Inner that owns it, alive while the handle is
+        // open; on its JavaScript thread, outside any napi call (see DirectSends). The
+        // borrow ends before JavaScript is called.
         let inner = unsafe { &mut *(uv::data_of(handle) as *mut Inner) };
         if status < 0 {
             inner.fail();
@@ -287,8 +287,8 @@ unsafe extern "C" fn on_poll(
 }
 
 unsafe extern "C" fn on_timer(handle: *mut c_void) {
-    // SAFETY: as in on_poll.
     let ready = {
+        // SAFETY: as in on_poll.
         let inner = unsafe { &mut *(uv::data_of(handle) as *mut Inner) };
         inner.time_out();
         inner.take_ready()
@@ -394,11 +394,11 @@ impl Inner {
                 return;
             }
         };
-        // SAFETY: on the loop's thread; the state outlives the handle (closed in `fail`).
         let data = self.handle_data;
-        let Some(poll) = uv::socket_of(&socket)
-            .and_then(|fd| unsafe { uv::Poll::new(self.event_loop, fd, data) })
-        else {
+        let Some(poll) = uv::socket_of(&socket).and_then(|fd| {
+            // SAFETY: on the loop's thread; the state outlives the handle (closed in `fail`).
+            unsafe { uv::Poll::new(self.event_loop, fd, data) }
+        }) else {
             self.retry_at = Some(Instant::now() + RETRY_AFTER);
             return;
         };

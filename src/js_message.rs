@@ -17,16 +17,16 @@ impl ToNapiValue for JsMessage {
             id, body, headers, ..
         } = message.0;
         let mut array = ptr::null_mut();
-        // SAFETY: `env` is the live env napi-rs passed in; `array` receives the new value.
         check_status!(
+            // SAFETY: `env` is the live env napi-rs passed in; `array` receives the new value.
             unsafe { sys::napi_create_array_with_length(env, 3, &mut array) },
             "Failed to create a message array"
         )?;
         for (index, text) in [id, body, headers].iter().enumerate() {
             // SAFETY: as above; the text outlives the call, which copies it.
             let value = unsafe { js_string(env, text) }?;
-            // SAFETY: `array` was created just above in this env; index < 3.
             check_status!(
+                // SAFETY: `array` was created just above in this env; index < 3.
                 unsafe { sys::napi_set_element(env, array, index as u32, value) },
                 "Failed to fill a message array"
             )?;

@@ -34,9 +34,9 @@ impl FromNapiValue for JsText {
             .ok_or_else(|| Error::new(Status::InvalidArg, "A string too long to store."))?;
         let mut bytes: Vec<u8> = Vec::with_capacity(capacity);
         let mut written = 0usize;
-        // SAFETY: the buffer holds `capacity` bytes; Node-API writes at most `capacity - 1`
-        // bytes of UTF-8 and a NUL, and reports how many bytes of text it wrote.
         napi::check_status!(
+            // SAFETY: the buffer holds `capacity` bytes; Node-API writes at most
+            // `capacity - 1` bytes of UTF-8 and a NUL, and reports how many bytes it wrote.
             unsafe {
                 sys::napi_get_value_string_utf8(
                     env,

@@ -2,6 +2,8 @@
 //! errors; the logic lives in the modules below.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 #[cfg_attr(not(test), macro_use)]
 extern crate napi_derive;

@@ -71,6 +71,7 @@ impl LoopCallback {
         if unsafe { sys::napi_open_handle_scope(env, &mut scope) } != sys::Status::napi_ok {
             return false;
         }
+        // SAFETY: inside the scope opened above, on the JavaScript thread.
         let called = unsafe { self.call_in_scope(argument) };
         // SAFETY: the scope opened above, closed once.
         unsafe { sys::napi_close_handle_scope(env, scope) };

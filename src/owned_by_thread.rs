@@ -13,6 +13,7 @@ pub struct OwnedByThread<T> {
 // SAFETY: the pointer is handed out on its owner thread only, so moving or sharing this
 // across threads reaches nothing.
 unsafe impl<T> Send for OwnedByThread<T> {}
+// SAFETY: as for Send: a shared reference hands the pointer out on the owner thread only.
 unsafe impl<T> Sync for OwnedByThread<T> {}
 
 impl<T> OwnedByThread<T> {

@@ -56,7 +56,7 @@ fn api() -> Option<&'static Api> {
             let found = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
             (!found.is_null()).then_some(found)
         }
-        // SAFETY (every transmute): the symbol is libuv's own function of that name, whose C
+        // SAFETY: (every transmute) the symbol is libuv's own function of that name, whose C
         // signature is the type it is cast to (libuv 1.x's public API).
         unsafe {
             Some(Api {
@@ -169,10 +169,11 @@ impl Poll {
         let raw = Raw::new(UV_POLL, data)?;
         // SAFETY: fresh handle memory of the right size, on the loop's thread.
         if unsafe { (api.poll_init_socket)(event_loop, raw.0, fd) } != 0 {
-            // Not initialised: libuv never saw it, so it is freed here.
+            // SAFETY: not initialised, so libuv never saw it: it is freed here, once.
             unsafe { free_words(raw.0, UV_POLL) };
             return None;
         }
+        // SAFETY: initialised just above, on the loop's thread.
         unsafe { (api.unref)(raw.0) };
         Some(Self(Some(raw)))
     }
@@ -212,9 +213,11 @@ impl Timer {
         let raw = Raw::new(UV_TIMER, data)?;
         // SAFETY: fresh handle memory of the right size, on the loop's thread.
         if unsafe { (api.timer_init)(event_loop, raw.0) } != 0 {
+            // SAFETY: not initialised, so libuv never saw it: it is freed here, once.
             unsafe { free_words(raw.0, UV_TIMER) };
             return None;
         }
+        // SAFETY: initialised just above, on the loop's thread.
         unsafe { (api.unref)(raw.0) };
         Some(Self(Some(raw)))
     }
