@@ -8,8 +8,10 @@ const RUNS = {
   consume: { workload: 'consume', n: 3000 },
   consume10k: { workload: 'consume', n: 1000, payloadBytes: 10_000 },
   consume100k: { workload: 'consume', n: 300, payloadBytes: 100_000 },
-  sendSequential: { workload: 'sendSequential', n: 2000 },
-  sendConcurrent: { workload: 'sendConcurrent', n: 20_000 },
+  // Long runs after a warm-up, as an app's sends run: a short one measures the JIT warming up
+  // (bench/app-sends.js shows how much).
+  sendSequential: { workload: 'sendSequential', n: 20_000, warmUp: 2000 },
+  sendConcurrent: { workload: 'sendConcurrent', n: 20_000, warmUp: 2000 },
   sendConcurrent10k: { workload: 'sendConcurrent', n: 1000, payloadBytes: 10_000 },
   sendConcurrent100k: { workload: 'sendConcurrent', n: 300, payloadBytes: 100_000 },
   wake: { workload: 'wake', n: 300 },
