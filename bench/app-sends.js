@@ -8,6 +8,7 @@
 // whether the native Redis sends take the path served on the JavaScript thread.
 //
 //   node bench/app-sends.js [--engines redis,mysql] [--rounds 3] [--n 20000]
+//                           [--workloads sendSequential,sendConcurrent]
 
 const { parseArgs } = require('node:util');
 const { Envelope, BusNameStamp, SentStamp } = require('@schally/nestjs-messenger');
@@ -53,18 +54,20 @@ async function main() {
       engines: { type: 'string', default: 'redis,mysql' },
       rounds: { type: 'string', default: '3' },
       n: { type: 'string', default: '20000' },
+      workloads: { type: 'string', default: 'sendSequential,sendConcurrent' },
     },
     strict: true,
   });
   const engines = values.engines.split(',').filter((engine) => ENGINES[engine]?.upstream === true);
   const rounds = Number(values.rounds);
   const n = Number(values.n);
+  const workloads = values.workloads.split(',').filter((workload) => workload === 'sendSequential' || workload === 'sendConcurrent');
   const results = {};
   for (let round = 1; round <= rounds; round += 1) {
     for (const engine of engines) {
       for (const [v, variant] of variants(n).entries()) {
         if (variant.only !== undefined && variant.only !== engine) continue;
-        for (const workload of ['sendSequential', 'sendConcurrent']) {
+        for (const workload of workloads) {
           for (const impl of variant.env === undefined ? ['native', 'upstream'] : ['native']) {
             const job = { engine, impl, workload, n: variant.n[workload], shape: variant.shape, warmUp: variant.warmUp ?? 1 };
             const result = runFresh('run-one.js', job, { ...process.env, ...variant.env });
@@ -84,7 +87,7 @@ async function main() {
     '|---|---|---|---|---|---|---|---|---|',
   ];
   for (const engine of engines) {
-    for (const workload of ['sendSequential', 'sendConcurrent']) {
+    for (const workload of workloads) {
       for (const [v, variant] of variants(n).entries()) {
         const runs = results[engine]?.[v]?.[workload];
         if (runs === undefined) continue;
