@@ -7,12 +7,19 @@ const { parseArgs: parseNodeArgs } = require('node:util');
 const { ENGINES } = require('./engines');
 
 const USAGE = `Usage: node bench/index.js [--rounds <n>] [--engines <a,b>] [--deep <n>] [--soak <n>] [--no-limits]
+       [--processes <a,b>] [--scale-messages <n>] [--queues <a,b>] [--idle-ms <n>] [--no-scale]
 
-  --rounds     rounds of every workload (default 3)
-  --engines    comma-separated, of ${Object.keys(ENGINES).join(', ')} (default all)
-  --deep       messages of the B1-at-depth run, 0 for none (default 100000)
-  --soak       messages of the soak run, 0 for none (default 0; 1000000 is the usual soak)
-  --no-limits  leave out the engine-limits section
+  --rounds          rounds of every workload (default 3)
+  --engines         comma-separated, of ${Object.keys(ENGINES).join(', ')} (default all)
+  --deep            messages of the B1-at-depth run, 0 for none (default 100000)
+  --soak            messages of the soak run, 0 for none (default 0; 1000000 is the usual soak)
+  --no-limits       leave out the engine-limits section
+  --processes       B6: consumer process counts on one queue, comma-separated (default 1,2,4,8);
+                    the largest also runs with a queue per process
+  --scale-messages  B6: messages each of its runs drains (default 20000)
+  --queues          B7: queue counts of the many-queues runs, comma-separated (default 50,200)
+  --idle-ms         B7: how long the queues idle while CPU is measured (default 10000)
+  --no-scale        leave out B6 and B7
 `;
 
 const OPTIONS = {
@@ -21,6 +28,11 @@ const OPTIONS = {
   deep: { type: 'string', default: '100000' },
   soak: { type: 'string', default: '0' },
   'no-limits': { type: 'boolean' },
+  processes: { type: 'string', default: '1,2,4,8' },
+  'scale-messages': { type: 'string', default: '20000' },
+  queues: { type: 'string', default: '50,200' },
+  'idle-ms': { type: 'string', default: '10000' },
+  'no-scale': { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 };
 
@@ -32,10 +44,19 @@ function count(name, text, min) {
   return n;
 }
 
+/** A comma-separated list of integers ≥ `min`, each once, in the order given. */
+function counts(name, text, min) {
+  const parts = text.split(',').map((part) => part.trim());
+  if (parts.some((part) => part === '')) {
+    throw new Error(`--${name} takes integers ≥ ${min} separated by commas, not ${JSON.stringify(text)}\n${USAGE}`);
+  }
+  return [...new Set(parts.map((part) => count(name, part, min)))];
+}
+
 /**
  * Parses the benchmark's command line.
  * @param {string[]} argv without node and the script
- * @returns {{ help: true } | { help: false, rounds: number, engines: string[], deep: number, soak: number, limits: boolean }}
+ * @returns {{ help: true } | { help: false, rounds: number, engines: string[], deep: number, soak: number, limits: boolean, processes: number[], scaleMessages: number, queues: number[], idleMs: number, scale: boolean }}
  * @throws {Error} with the usage in its message
  */
 function parseArgs(argv) {
@@ -58,6 +79,11 @@ function parseArgs(argv) {
     deep: count('deep', values.deep, 0),
     soak: count('soak', values.soak, 0),
     limits: values['no-limits'] !== true,
+    processes: counts('processes', values.processes, 1),
+    scaleMessages: count('scale-messages', values['scale-messages'], 1),
+    queues: counts('queues', values.queues, 1),
+    idleMs: count('idle-ms', values['idle-ms'], 0),
+    scale: values['no-scale'] !== true,
   };
 }
 

@@ -5,7 +5,6 @@
 // round, each run in a fresh process on a fresh queue; medians and ratios; a markdown report
 // and an SVG chart in bench/results/.
 
-const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
@@ -15,15 +14,10 @@ const { ENGINES } = require('./engines');
 const { RUNS } = require('./targets');
 const { Progress } = require('../scripts/progress');
 const { parseArgs, USAGE } = require('./args');
+const { runFresh } = require('./child');
+const { scaleRuns, scaleSections } = require('./scale-report');
 
-function runOnce(job) {
-  const output = execFileSync(process.execPath, [path.join(__dirname, 'run-one.js'), JSON.stringify(job)], {
-    encoding: 'utf8',
-    timeout: 600000,
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  return JSON.parse(output.trim().split('\n').pop());
-}
+const runOnce = (job) => runFresh('run-one.js', job);
 
 /**
  * One workload run, tried once more if it failed: the upstream MySQL transport's claim can
@@ -49,6 +43,13 @@ function machine() {
   return `Machine: ${cpus.length} × ${cpus[0]?.model ?? 'cpu'}, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}, ${os.platform()} ${os.release()}; servers on loopback. ${new Date().toISOString().slice(0, 10)}.`;
 }
 
+/** Per engine, the median over the rounds of the wake-up floor's send p50 (ms). */
+function wakeFloorP50s(measuredLimits) {
+  return Object.fromEntries(
+    Object.entries(measuredLimits.wake ?? {}).map(([engine, floors]) => [engine, median(floors.map((floor) => floor.send?.p50))]),
+  );
+}
+
 async function main() {
   const options = parseArgs(process.argv.slice(2));
   if (options.help) {
@@ -57,8 +58,9 @@ async function main() {
   }
   const results = {};
   const deep = Object.fromEntries(Object.keys(ENGINES).map((engine) => [engine, []]));
+  const runs = { ...RUNS, ...scaleRuns(options) };
   const runsPerRound = options.engines.reduce(
-    (sum, engine) => sum + Object.keys(RUNS).length * (ENGINES[engine].upstream ? 2 : 1) + (options.deep > 0 ? 1 : 0),
+    (sum, engine) => sum + Object.keys(runs).length * (ENGINES[engine].upstream ? 2 : 1) + (options.deep > 0 ? 1 : 0),
     0,
   );
   const runsInAll = options.rounds * runsPerRound + limitRuns(options);
@@ -72,7 +74,7 @@ async function main() {
   for (let round = 1; round <= options.rounds; round += 1) {
     for (const engine of options.engines) {
       results[engine] ??= {};
-      for (const [key, run] of Object.entries(RUNS)) {
+      for (const [key, run] of Object.entries(runs)) {
         // Side by side where the upstream TypeScript transport exists for the engine.
         const impls = ENGINES[engine].upstream ? ['native', 'upstream'] : ['native'];
         for (const impl of impls) {
@@ -92,7 +94,7 @@ async function main() {
   // After every workload run, so the limits' prefills do not load the servers under them.
   const measuredLimits = options.limits ? await measureLimits(options, ran) : {};
   progress.end();
-  const extras = [];
+  const extras = [...scaleSections(options, results)];
   if (options.deep > 0) {
     const lines = ['## B1 at depth', '', `| engine | native msgs/s at ${RUNS.consume.n} | at ${options.deep} | ratio (target ≥ 0.8) | peak RSS MB |`, '|---|---|---|---|---|'];
     for (const engine of options.engines) {
@@ -118,9 +120,10 @@ async function main() {
   }
   const outDir = path.join(__dirname, 'results');
   fs.mkdirSync(outDir, { recursive: true });
-  const report = markdown(results, extras, machine());
+  const floors = wakeFloorP50s(measuredLimits);
+  const report = markdown(results, extras, machine(), floors);
   fs.writeFileSync(path.join(outDir, 'report.md'), report);
-  fs.writeFileSync(path.join(outDir, 'chart.svg'), svg(results));
+  fs.writeFileSync(path.join(outDir, 'chart.svg'), svg(results, floors));
   fs.writeFileSync(path.join(outDir, 'raw.json'), `${JSON.stringify({ results, deep, limits }, null, 2)}\n`);
   process.stdout.write(report);
 }

@@ -9,7 +9,7 @@
 const { setTimeout: sleep } = require('node:timers/promises');
 const { ENGINES } = require('./engines');
 const { onFreshQueue } = require('./limit-queue');
-const { storedForm } = require('./message');
+const { appStoredForm } = require('./message');
 const { percentiles } = require('./workloads/wake');
 
 const COUNT = 300;
@@ -66,7 +66,7 @@ function postgresFloor() {
         if (n.payload === queue) notifiedAt.push(performance.now());
       });
       await listener.query(`LISTEN ${TABLE}`);
-      const { body, headers } = storedForm('floor');
+      const { body, headers } = appStoredForm('floor', 'SqlTransport');
       return await paced(
         () => sender.query({ name: 'floor-insert', text: PG_INSERT, values: [queue, [body], [headers], [0], TABLE] }),
         (i) => notifiedAt[i],
@@ -82,7 +82,7 @@ function mysqlFloor() {
     const driver = require('mysql2/promise');
     const connection = await driver.createConnection({ uri: ENGINES.mysql.dsn.replace(/^mariadb:/, 'mysql:') });
     try {
-      const { body, headers } = storedForm('floor');
+      const { body, headers } = appStoredForm('floor', 'SqlTransport');
       return await paced(() => connection.execute(MYSQL_INSERT, [queue, body, headers, 0]));
     } finally {
       await connection.end();
@@ -106,7 +106,7 @@ function redisFloor() {
           for (const [, entries] of reply ?? []) for (let i = 0; i < entries.length; i += 1) readAt.push(at);
         }
       })();
-      const { body, headers } = storedForm('floor');
+      const { body, headers } = appStoredForm('floor', 'RedisStreamsTransport');
       const result = await paced(
         () => sender.xadd(key, '*', 'body', body, 'headers', headers),
         (i) => readAt[i],

@@ -1,7 +1,7 @@
 'use strict';
 
 const { ENGINES } = require('./engines');
-const { TARGETS } = require('./targets');
+const { TARGETS, WAKE_ALLOWANCE_MS } = require('./targets');
 
 const ENGINE_LABEL = Object.fromEntries(Object.values(ENGINES).map((e) => [e.name, e.label]));
 
@@ -20,9 +20,11 @@ function fmt(value, digits = 0) {
 
 /**
  * One row per (engine, target): medians of native and upstream, the ratio and whether the
- * target is met. `results[engine][run][impl]` is a list of per-round results (runs: RUNS).
+ * target is met. `results[engine][run][impl]` is a list of per-round results (runs: RUNS);
+ * `floors[engine]` the wake-up floor's send p50 (ms) measured in the same run, which the
+ * `aboveFloor` targets are set from (no floor: the target is not measured).
  */
-function rows(results) {
+function rows(results, floors = {}) {
   const out = [];
   for (const [engine, byRun] of Object.entries(results)) {
     for (const [key, spec] of Object.entries(TARGETS)) {
@@ -34,7 +36,13 @@ function rows(results) {
       let goal = '';
       let met;
       let upstreamFailed = false;
-      if (spec.absolute?.[engine] !== undefined) {
+      let floorMissing = false;
+      if (spec.aboveFloor?.includes(engine)) {
+        const bound = floors[engine] + WAKE_ALLOWANCE_MS;
+        floorMissing = !Number.isFinite(bound);
+        goal = floorMissing ? `≤ floor + ${WAKE_ALLOWANCE_MS} ms` : `≤ ${bound.toFixed(2)} ms (floor ${floors[engine].toFixed(2)} + ${WAKE_ALLOWANCE_MS})`;
+        met = floorMissing ? undefined : nativeValue <= bound;
+      } else if (spec.absolute?.[engine] !== undefined) {
         goal = `≤ ${spec.absolute[engine]} ms`;
         met = nativeValue <= spec.absolute[engine];
       } else if (spec.target?.[engine] !== undefined) {
@@ -49,13 +57,21 @@ function rows(results) {
         goal = '';
         met = undefined;
       }
-      out.push({ engine, label: spec.label, nativeValue, upstreamValue, ratio, goal, met, upstreamFailed, digits: ['p50', 'p99'].includes(spec.metric) ? 2 : spec.lowerIsBetter || spec.metric === 'mbPerSecond' ? 1 : 0 });
+      out.push({ engine, label: spec.label, nativeValue, upstreamValue, ratio, goal, met, upstreamFailed, floorMissing, digits: ['p50', 'p99'].includes(spec.metric) ? 2 : spec.lowerIsBetter || spec.metric === 'mbPerSecond' ? 1 : 0 });
     }
   }
   return out;
 }
 
-function markdown(results, extras, machine) {
+/** The `met` column of a row. */
+function metCell(row) {
+  if (row.upstreamFailed) return 'not measured: upstream failed every round';
+  if (row.floorMissing) return 'not measured: no wake-up floor in this run';
+  if (row.met === undefined) return '';
+  return row.met ? 'yes' : '**no**';
+}
+
+function markdown(results, extras, machine, floors = {}) {
   const lines = [
     '# Benchmark report',
     '',
@@ -64,9 +80,9 @@ function markdown(results, extras, machine) {
     '| engine | workload | native | upstream | native ÷ upstream | target | met |',
     '|---|---|---|---|---|---|---|',
   ];
-  for (const r of rows(results)) {
+  for (const r of rows(results, floors)) {
     const ratio = Number.isFinite(r.ratio) ? `${r.ratio.toFixed(r.ratio < 1 ? 2 : 1)}×` : '–';
-    const met = r.upstreamFailed ? 'not measured: upstream failed every round' : r.met === undefined ? '' : r.met ? 'yes' : '**no**';
+    const met = metCell(r);
     lines.push(
       `| ${ENGINE_LABEL[r.engine]} | ${r.label} | ${fmt(r.nativeValue, r.digits)} | ${fmt(r.upstreamValue, r.digits)} | ${ratio} | ${r.goal} | ${met} |`,
     );
@@ -76,8 +92,8 @@ function markdown(results, extras, machine) {
 }
 
 /** A horizontal bar chart of the ratios (log scale), one bar per engine and workload. */
-function svg(results) {
-  const data = rows(results).filter((r) => Number.isFinite(r.ratio) && ENGINES[r.engine].upstream);
+function svg(results, floors = {}) {
+  const data = rows(results, floors).filter((r) => Number.isFinite(r.ratio) && ENGINES[r.engine].upstream);
   const barHeight = 18;
   const left = 330;
   const width = 900;

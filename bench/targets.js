@@ -8,8 +8,10 @@ const RUNS = {
   consume: { workload: 'consume', n: 3000 },
   consume10k: { workload: 'consume', n: 1000, payloadBytes: 10_000 },
   consume100k: { workload: 'consume', n: 300, payloadBytes: 100_000 },
-  sendSequential: { workload: 'sendSequential', n: 2000 },
-  sendConcurrent: { workload: 'sendConcurrent', n: 5000 },
+  // Long runs after a warm-up, as an app's sends run: a short one measures the JIT warming up
+  // (bench/app-sends.js shows how much).
+  sendSequential: { workload: 'sendSequential', n: 20_000, warmUp: 2000 },
+  sendConcurrent: { workload: 'sendConcurrent', n: 20_000, warmUp: 2000 },
   sendConcurrent10k: { workload: 'sendConcurrent', n: 1000, payloadBytes: 10_000 },
   sendConcurrent100k: { workload: 'sendConcurrent', n: 300, payloadBytes: 100_000 },
   wake: { workload: 'wake', n: 300 },
@@ -17,10 +19,15 @@ const RUNS = {
   competing: { workload: 'competing', n: 3000 },
 };
 
+/** What a wake-up may take beyond the engine's own store of the message (the floor's p50), ms. */
+const WAKE_ALLOWANCE_MS = 0.3;
+
 /**
  * The performance targets, native ÷ upstream (higher is better unless
- * `lowerIsBetter`), or an absolute bound on the native figure. `metric` names the field of a
- * run's result; `run` the key in RUNS when it is not the target's own.
+ * `lowerIsBetter`), an absolute bound on the native figure, or (`aboveFloor`) a bound of the
+ * wake-up floor's send p50 measured in the same run plus `WAKE_ALLOWANCE_MS`, for the engines
+ * listed. `metric` names the field of a run's result; `run` the key in RUNS when it is not the
+ * target's own.
  */
 const TARGETS = {
   consume: {
@@ -82,7 +89,7 @@ const TARGETS = {
     label: 'B4 wake-up p50 ms',
     metric: 'p50',
     lowerIsBetter: true,
-    absolute: { postgres: 1.0, mysql: 1.0, redis: 0.5 },
+    aboveFloor: ['postgres', 'mysql', 'redis'],
   },
   wakeP99: {
     label: 'B4 wake-up p99 ms',
@@ -95,7 +102,8 @@ const TARGETS = {
     label: 'B4 wake-up from another process p50 ms',
     metric: 'p50',
     lowerIsBetter: true,
-    absolute: { postgres: 1.5 },
+    // MariaDB and SQLite: another process's message is found by the poll, not pushed.
+    aboveFloor: ['postgres', 'redis'],
   },
   competing: {
     label: 'B5 competing consumers msgs/s',
@@ -104,4 +112,4 @@ const TARGETS = {
   },
 };
 
-module.exports = { RUNS, TARGETS };
+module.exports = { RUNS, TARGETS, WAKE_ALLOWANCE_MS };

@@ -4,8 +4,7 @@
 // apart, each stamped with the machine's monotonic clock, from a process of its own.
 
 const { setTimeout: sleep } = require('node:timers/promises');
-const { Envelope } = require('@schally/nestjs-messenger');
-const { BenchMessage } = require('./message');
+const { BenchMessage, sendAsApp } = require('./message');
 const { transportFactory } = require('./transports');
 const { machineMs } = require('./workloads/wake');
 
@@ -13,7 +12,7 @@ async function main() {
   const job = JSON.parse(process.argv[2]);
   const producer = transportFactory(job.engine, job.impl, job.queue)();
   for (let i = 0; i < job.count; i += 1) {
-    await producer.send(new Envelope(new BenchMessage(`x-${i}`, machineMs())));
+    await sendAsApp(producer, new BenchMessage(`x-${i}`, machineMs()));
     await sleep(job.gapMs);
   }
   await producer.close();

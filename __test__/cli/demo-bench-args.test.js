@@ -50,7 +50,7 @@ describe('demo arguments', () => {
 });
 
 describe('bench arguments', () => {
-  test('the defaults: 3 rounds of every engine, depth 100000, no soak, limits', () => {
+  test('the defaults: 3 rounds of every engine, depth 100000, no soak, limits, B6 and B7', () => {
     expect(bench.parseArgs([])).toEqual({
       help: false,
       rounds: 3,
@@ -58,7 +58,18 @@ describe('bench arguments', () => {
       deep: 100000,
       soak: 0,
       limits: true,
+      processes: [1, 2, 4, 8],
+      scaleMessages: 20000,
+      queues: [50, 200],
+      idleMs: 10000,
+      scale: true,
     });
+  });
+
+  test('the B6 and B7 options: lists of counts, each once, and --no-scale', () => {
+    expect(
+      bench.parseArgs(['--processes', '2, 4,4', '--scale-messages=500', '--queues', '10', '--idle-ms', '0', '--no-scale']),
+    ).toMatchObject({ processes: [2, 4], scaleMessages: 500, queues: [10], idleMs: 0, scale: false });
   });
 
   test('what `npm run bench:quick` passes, and the rest', () => {
@@ -76,6 +87,11 @@ describe('bench arguments', () => {
     [['--rounds', '0'], /--rounds must be an integer ≥ 1/],
     [['--deep', 'lots'], /--deep must be an integer ≥ 0/],
     [['--engines', 'postgres,oracle'], /--engines takes/],
+    [['--processes', '1,,8'], /--processes takes integers ≥ 1 separated by commas/],
+    [['--processes', '0'], /--processes must be an integer ≥ 1/],
+    [['--queues', 'many'], /--queues must be an integer ≥ 1/],
+    [['--scale-messages', '0'], /--scale-messages must be an integer ≥ 1/],
+    [['--idle-ms=-1'], /--idle-ms must be an integer ≥ 0/],
     [['--frobnicate'], /Unknown option/],
   ])('%j is an error', (argv, message) => {
     expect(() => bench.parseArgs(argv)).toThrow(message);

@@ -1,0 +1,124 @@
+'use strict';
+
+const { setMaxListeners } = require('node:events');
+const { performance } = require('node:perf_hooks');
+const { setTimeout: sleep } = require('node:timers/promises');
+const { Worker } = require('@schally/nestjs-messenger');
+const { BenchMessage, sendAsApp } = require('../message');
+const { serverCpu } = require('../server-cpu');
+const { serverConnectionsOfThisProcess, freeConnectionSlots } = require('../connections');
+const { percentiles } = require('./wake');
+
+/** Connections left to the server's other users: opening stops before taking them. */
+const SPARE_CONNECTIONS = 20;
+/** Transports opened between two looks at the server's free connections. */
+const OPEN_STEP = 5;
+/** Time for a step's idle loops to open their connections before the next look. */
+const SETTLE_MS = 300;
+const GAP_MS = 10;
+
+/**
+ * B7: one process, one transport per queue (`queues`, on the engine's DSN as an app would
+ * configure them), each with the core Worker on its queue, which gets one message first and
+ * then idles. Reports the server connections this process then holds, the process's and the
+ * server's CPU over `idleMs` of idling (% of one core; the server's also over `idleMs / 2`
+ * before anything was opened, its other users' share), and the wake-up when one message per
+ * queue is sent 10 ms apart (send → handled, p50 and p99). Transports are opened a few at a time while the server keeps
+ * `SPARE_CONNECTIONS` free for its other users; one that would take them (upstream's pool per
+ * transport) ends the run with `cannotOpen` saying why, rather than exhausting a shared server.
+ */
+async function manyQueues({ job, queues, makeTransportOn }) {
+  const idleMs = job.idleMs ?? 10000;
+  const transports = [];
+  const latencies = [];
+  let warmedUp = 0;
+  const controller = new AbortController();
+  // One Worker per queue listens on it.
+  setMaxListeners(queues.length + 10, controller.signal);
+  const loops = [];
+  let loopError;
+  const bus = {
+    dispatch: async (envelope) => {
+      if (envelope.message.id.startsWith('warm-up')) warmedUp += 1;
+      else latencies.push(performance.now() - envelope.message.sentAt);
+    },
+  };
+  const readServerCpu = await serverCpu(job.engine);
+  // The server's CPU before this process opens anything: its other users' share of the figure.
+  const baseline = await serverCpuPercentOver(readServerCpu, idleMs / 2);
+  try {
+    for (let i = 0; i < queues.length; i += 1) {
+      const transport = makeTransportOn(queues[i]);
+      transports.push(transport);
+      await transport.setup?.();
+      loops.push(
+        new Worker(transport, bus).run(controller.signal).catch((error) => {
+          loopError ??= error;
+        }),
+      );
+      if ((i + 1) % OPEN_STEP === 0 || i === queues.length - 1) {
+        await sleep(SETTLE_MS);
+        if (loopError !== undefined) return { queues: queues.length, opened: i + 1, cannotOpen: firstLine(loopError) };
+        const free = await freeConnectionSlots(job.engine);
+        if (free < SPARE_CONNECTIONS && i < queues.length - 1) {
+          const held = await serverConnectionsOfThisProcess(job.engine);
+          return {
+            queues: queues.length,
+            opened: i + 1,
+            cannotOpen: `${i + 1} transports hold ${held} connections and the server has ${free} left: ${queues.length} would exhaust it`,
+          };
+        }
+      }
+    }
+    // One message per queue first, as an app's first sends: what connects on first use
+    // (a send path's own connection) is not counted in the idle wake-up below.
+    for (let i = 0; i < transports.length; i += 1) await sendAsApp(transports[i], new BenchMessage(`warm-up-${i}`));
+    const warmDeadline = Date.now() + 10000;
+    while (warmedUp < transports.length && Date.now() < warmDeadline && loopError === undefined) await sleep(5);
+    const connections = await serverConnectionsOfThisProcess(job.engine);
+    const clientBefore = process.cpuUsage();
+    const idleStarted = performance.now();
+    const serverPercent = await serverCpuPercentOver(readServerCpu, idleMs);
+    const client = process.cpuUsage(clientBefore);
+    const idleFor = (performance.now() - idleStarted) * 1000;
+    const connectionsAfterIdle = await serverConnectionsOfThisProcess(job.engine);
+    for (let i = 0; i < transports.length; i += 1) {
+      await sendAsApp(transports[i], new BenchMessage(`q-${i}`, performance.now()));
+      await sleep(GAP_MS);
+    }
+    const deadline = Date.now() + 10000;
+    while (latencies.length < transports.length && Date.now() < deadline && loopError === undefined) await sleep(5);
+    if (loopError !== undefined) return { queues: queues.length, opened: transports.length, cannotOpen: firstLine(loopError) };
+    return {
+      queues: queues.length,
+      opened: transports.length,
+      connections,
+      connectionsAfterIdle,
+      clientCpuPercent: ((client.user + client.system) / idleFor) * 100,
+      serverCpuPercent: serverPercent,
+      serverCpuPercentBefore: baseline,
+      woke: latencies.length,
+      ...percentiles(latencies),
+    };
+  } catch (error) {
+    return { queues: queues.length, opened: transports.length, cannotOpen: firstLine(error) };
+  } finally {
+    controller.abort();
+    await Promise.all(loops);
+    await Promise.all(transports.map((t) => t.close().catch(() => undefined)));
+  }
+}
+
+/** The server's CPU over the next `ms`, in % of one core (NaN where it cannot be read). */
+async function serverCpuPercentOver(readServerCpu, ms) {
+  const before = readServerCpu();
+  const started = performance.now();
+  await sleep(ms);
+  return ((readServerCpu() - before) / ((performance.now() - started) * 1000)) * 100;
+}
+
+function firstLine(error) {
+  return String(error?.message ?? error).split('\n')[0];
+}
+
+module.exports = { manyQueues };
