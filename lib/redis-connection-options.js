@@ -78,6 +78,7 @@ const REFUSED = new Map([
   ['path', 'Unix sockets are not supported: give the server\'s TCP address in the DSN'],
   ['Connector', 'connections are made by the native client'],
   ['scripts', 'the transport\'s client is not the app\'s'],
+  ['monitor', 'the transport\'s connections run its own commands'],
   ['name', `${SENTINEL} (for CLIENT SETNAME ioredis uses connectionName, which is not supported either)`],
   ...[
     'sentinels', 'role', 'sentinelUsername', 'sentinelPassword', 'sentinelRetryStrategy',
