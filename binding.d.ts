@@ -195,6 +195,28 @@ export declare function queueStats(options: StatsOptions): Promise<StatsSample>
  */
 export declare function redactDsn(dsn: string): string
 
+/**
+ * `redisOptions` the DSN says nothing of, checked by the JavaScript wrapper (which refuses
+ * one the DSN contradicts).
+ */
+export interface RedisOverrides {
+  /** Prepended to every key (ioredis's `keyPrefix`). */
+  keyPrefix: string
+  /** TLS even for `redis://`. */
+  tls: boolean
+  /** Client certificate chain and key (PEM). */
+  tlsCert?: string
+  tlsKey?: string
+  /** Accept any server certificate. */
+  tlsInsecure: boolean
+  port?: number
+  db?: number
+  username?: string
+  password?: string
+  /** No `CLIENT SETINFO` on connecting. */
+  disableClientInfo: boolean
+}
+
 /** Options of a native Redis Streams queue, already defaulted by the JavaScript wrapper. */
 export interface RedisQueueOptions {
   dsn: string
@@ -206,11 +228,13 @@ export interface RedisQueueOptions {
   pollIntervalMs: number
   readBatchSize: number
   cluster: boolean
-  /** PEM certificate(s) to trust for `rediss://`, instead of the system's roots. */
+  /** PEM certificate(s) to trust over TLS, instead of the system's roots. */
   tlsCa?: string
   connectTimeoutMs: number
   maxQueuedSends: number
   maxQueuedSendBytes: number
+  /** What `redisOptions` adds to the DSN. */
+  overrides?: RedisOverrides
 }
 
 /**

@@ -230,7 +230,7 @@ export interface RedisStreamsTransportOptions {
    * another scheme throws `TransportConnectionError`.
    */
   readonly dsn: string;
-  /** The stream key, used verbatim. On a cluster, give it a hash tag: `messenger:{async}`. */
+  /** The stream key, used verbatim (after `redisOptions.keyPrefix`). On a cluster, give it a hash tag: `messenger:{async}`. */
   readonly stream: string;
   /** Name written into `ReceivedStamp`; must equal the routing alias for retries. Default: `stream`. */
   readonly name?: string;
@@ -251,11 +251,16 @@ export interface RedisStreamsTransportOptions {
   /** Connect to a Redis Cluster through the DSN's node (MOVED/ASK are followed). Default false. */
   readonly cluster?: boolean;
   /**
-   * ioredis options of the TypeScript transport. Only `tls.ca` (PEM string or Buffer, or an
-   * array of them: the CAs to trust for `rediss://`) is used; other keys are ignored.
+   * ioredis options, as upstream passes them to `new Redis(dsn, redisOptions)`: an ioredis
+   * `RedisOptions` value fits. Read as ioredis reads them (the DSN's settings win, these fill in
+   * what it leaves out), and every key is honoured, accepted as asking nothing of this transport,
+   * or refused by name with `InvalidArgumentError`: see {@link RedisConnectionOptions}.
    */
-  readonly redisOptions?: { readonly tls?: { readonly ca?: string | Buffer | ReadonlyArray<string | Buffer> } } & Record<string, unknown>;
-  /** How long a first connection may take before `TransportConnectionError`. Default 5000. */
+  readonly redisOptions?: RedisConnectionOptions;
+  /**
+   * How long connecting, and each command's reply, may take before `TransportConnectionError`.
+   * Default: `redisOptions.connectTimeout` if given (the two must agree when both are), else 5000.
+   */
   readonly connectTimeoutMs?: number;
   /**
    * `'write-behind'` (default): `ack()` resolves at once and the delete is written with the
@@ -278,6 +283,67 @@ export interface RedisStreamsTransportOptions {
    * message removed (its id and type, never its body).
    */
   readonly logger?: TransportLogger;
+}
+
+/**
+ * The ioredis options {@link RedisStreamsTransport} reads (`redisOptions`), typed so that an
+ * ioredis `RedisOptions` value fits. Like ioredis, the DSN's own host, port, credentials and
+ * database win; a key here that contradicts the DSN is refused rather than dropped. Any key not
+ * declared here (`retryStrategy`, `maxRetriesPerRequest`, `sentinels`, `connectionName`, …) is
+ * refused by name at construction, unless set to ioredis's default or `undefined`.
+ */
+export interface RedisConnectionOptions {
+  /** Must name the DSN's host (ioredis connects to the DSN's). */
+  readonly host?: string | undefined;
+  /** Used when the DSN has no port. */
+  readonly port?: number | undefined;
+  /** ACL user, when the DSN has no credentials. */
+  readonly username?: string | undefined;
+  /** Password, when the DSN has no credentials. Never shown in a message. */
+  readonly password?: string | undefined;
+  /** Database index, when the DSN has no `/db` (0 only on a cluster). */
+  readonly db?: number | undefined;
+  /**
+   * Put before every key the transport touches (stream, delayed set, its own helper keys), as
+   * ioredis does: transports and upstream instances with the same prefix share the queue.
+   */
+  readonly keyPrefix?: string | undefined;
+  /** 0 (default), 4 or 6; 4 and 6 only with an IP address as the DSN's host (used as is). */
+  readonly family?: number | undefined;
+  /** Milliseconds; the `connectTimeoutMs` default (see there). */
+  readonly connectTimeout?: number | undefined;
+  /** `true`: no `CLIENT SETINFO` when connecting. */
+  readonly disableClientInfo?: boolean | undefined;
+  /** Any object turns TLS on, for `redis://` too, as in ioredis. */
+  readonly tls?: RedisTlsOptions | undefined;
+  /** Accepted, no effect: connections are made on first use anyway. */
+  readonly lazyConnect?: boolean | undefined;
+  /** Accepted, no effect: a server still loading its data is waited out. */
+  readonly enableReadyCheck?: boolean | undefined;
+  /** Accepted, no effect: they shape ioredis's replies and stacks, which the app never sees here. */
+  readonly showFriendlyErrorStack?: boolean | undefined;
+  readonly stringNumbers?: boolean | undefined;
+  /** Accepted, no effect: the transport batches its own commands and subscribes to nothing. */
+  readonly enableAutoPipelining?: boolean | undefined;
+  readonly autoPipeliningIgnoredCommands?: ReadonlyArray<string> | undefined;
+  readonly autoResubscribe?: boolean | undefined;
+  readonly autoResendUnfulfilledCommands?: boolean | undefined;
+  /** Accepted, no effect: TCP keepalive is always on, with the transport's own timings. */
+  readonly keepAlive?: number | undefined;
+}
+
+/** The TLS options {@link RedisConnectionOptions} honours; any other key is refused by name. */
+export interface RedisTlsOptions {
+  /** CAs to trust instead of the system's roots: PEM, or an array of PEMs. */
+  readonly ca?: string | Buffer | ReadonlyArray<string | Buffer> | undefined;
+  /** Client certificate chain (PEM), for a server that asks for one; needs `key`. */
+  readonly cert?: string | Buffer | ReadonlyArray<string | Buffer> | undefined;
+  /** The client certificate's private key (unencrypted PEM; a `{ pem, passphrase }` is refused). */
+  readonly key?: string | Buffer | ReadonlyArray<string | Buffer | { readonly pem: string | Buffer; readonly passphrase?: string | undefined }> | undefined;
+  /** Must name the DSN's host: the name sent and checked is the host's. */
+  readonly servername?: string | undefined;
+  /** `false` accepts any server certificate (no chain or name check). Default true. */
+  readonly rejectUnauthorized?: boolean | undefined;
 }
 
 /**

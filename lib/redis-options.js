@@ -4,6 +4,7 @@ const { randomUUID } = require('node:crypto');
 const { InvalidArgumentError, JsonSerializer } = require('@schally/nestjs-messenger');
 const { ackModeOf, nonNegativeNumber, positiveNumber, sendBacklogOf, wellFormed } = require('./option-checks');
 const { loggerOf } = require('./event-log');
+const { redisConnectionOf } = require('./redis-connection-options');
 
 /** Defaults, identical to `@schally/nestjs-messenger-transport-redis`'s. */
 const DEFAULTS = Object.freeze({
@@ -21,14 +22,6 @@ function nonEmptyString(value, key) {
   return wellFormed(value, key);
 }
 
-/** PEM text of `redisOptions.tls.ca` (string, Buffer, or an array of them), if given. */
-function caOf(redisOptions) {
-  const ca = redisOptions?.tls?.ca;
-  if (ca === undefined || ca === null) return undefined;
-  const parts = Array.isArray(ca) ? ca : [ca];
-  return parts.map((part) => (Buffer.isBuffer(part) ? part.toString('utf8') : String(part))).join('\n');
-}
-
 /**
  * Validates `RedisStreamsTransport` options and fills in defaults.
  * @param {import('../index').RedisStreamsTransportOptions} options
@@ -42,6 +35,7 @@ function resolveRedisOptions(options) {
   if (!Number.isInteger(readBatchSize) || readBatchSize < 1) {
     throw new InvalidArgumentError(`Invalid readBatchSize ${String(readBatchSize)}: expected a positive integer.`);
   }
+  const connection = redisConnectionOf(options);
   return {
     dsn: typeof options.dsn === 'string' ? options.dsn : '',
     stream,
@@ -54,8 +48,9 @@ function resolveRedisOptions(options) {
     pollIntervalMs: nonNegativeNumber(options, DEFAULTS, 'pollIntervalMs'),
     readBatchSize,
     cluster: options.cluster === true,
-    tlsCa: caOf(options.redisOptions),
-    connectTimeoutMs: positiveNumber(options, DEFAULTS, 'connectTimeoutMs'),
+    tlsCa: connection.tlsCa,
+    connectTimeoutMs: positiveNumber({ connectTimeoutMs: connection.connectTimeoutMs }, DEFAULTS, 'connectTimeoutMs'),
+    overrides: connection.overrides,
     ackMode: ackModeOf(options),
     ...sendBacklogOf(options),
     logger: loggerOf(options),

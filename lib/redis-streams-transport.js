@@ -27,6 +27,7 @@ class RedisStreamsTransport extends NativeTransport {
         cluster: o.cluster,
         tlsCa: o.tlsCa,
         connectTimeoutMs: o.connectTimeoutMs,
+        overrides: o.overrides,
         maxQueuedSends: o.maxQueuedSends,
         maxQueuedSendBytes: o.maxQueuedSendBytes,
       }),

@@ -91,11 +91,35 @@ mod exports {
         pub poll_interval_ms: f64,
         pub read_batch_size: u32,
         pub cluster: bool,
-        /// PEM certificate(s) to trust for `rediss://`, instead of the system's roots.
+        /// PEM certificate(s) to trust over TLS, instead of the system's roots.
         pub tls_ca: Option<String>,
         pub connect_timeout_ms: f64,
         pub max_queued_sends: f64,
         pub max_queued_send_bytes: f64,
+        /// What `redisOptions` adds to the DSN.
+        pub overrides: Option<RedisOverrides>,
+    }
+
+    /// `redisOptions` the DSN says nothing of, checked by the JavaScript wrapper (which refuses
+    /// one the DSN contradicts).
+    #[napi(object)]
+    #[derive(Default)]
+    pub struct RedisOverrides {
+        /// Prepended to every key (ioredis's `keyPrefix`).
+        pub key_prefix: String,
+        /// TLS even for `redis://`.
+        pub tls: bool,
+        /// Client certificate chain and key (PEM).
+        pub tls_cert: Option<String>,
+        pub tls_key: Option<String>,
+        /// Accept any server certificate.
+        pub tls_insecure: bool,
+        pub port: Option<u32>,
+        pub db: Option<u32>,
+        pub username: Option<String>,
+        pub password: Option<String>,
+        /// No `CLIENT SETINFO` on connecting.
+        pub disable_client_info: bool,
     }
 
     /// `queue.stats()`: counters (as doubles: exact up to 2^53) and buffer figures.
@@ -371,17 +395,40 @@ mod exports {
                     .into());
                 }
             }
+            let given = options.overrides.unwrap_or_default();
+            let port = given
+                .port
+                .map(|port| match u16::try_from(port) {
+                    Ok(port) if port > 0 => Ok(port),
+                    _ => Err(Error::invalid_argument(format!(
+                        "Invalid redisOptions.port {port}: expected 1 to 65535."
+                    ))),
+                })
+                .transpose()?;
+            let prefix = given.key_prefix;
             let config = redis::StreamConfig {
-                stream: options.stream,
+                stream: format!("{prefix}{}", options.stream),
                 group: options.group,
                 consumer: options.consumer,
-                delay_key: options.delay_key,
+                delay_key: format!("{prefix}{}", options.delay_key),
+                key_prefix: prefix,
                 claim_idle: millis(options.claim_idle_ms, "claimIdleMs")?,
                 poll_interval: millis(options.poll_interval_ms, "pollIntervalMs")?,
                 connect: redis::connection::ConnectOptions {
                     cluster: options.cluster,
                     tls_ca: options.tls_ca.map(|ca| ca.into_bytes()),
                     connect_timeout: millis(options.connect_timeout_ms, "connectTimeoutMs")?,
+                    overrides: redis::connection::Overrides {
+                        tls: given.tls,
+                        tls_cert: given.tls_cert.map(String::into_bytes),
+                        tls_key: given.tls_key.map(String::into_bytes),
+                        tls_insecure: given.tls_insecure,
+                        port,
+                        db: given.db.map(i64::from),
+                        username: given.username,
+                        password: given.password,
+                        skip_client_info: given.disable_client_info,
+                    },
                 },
             };
             let first_batch = options.read_batch_size.clamp(1, queue::MAX_CLAIM_BATCH);

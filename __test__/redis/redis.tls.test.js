@@ -2,7 +2,9 @@
 
 // RedisStreamsTransport over TLS (rediss://) against a throwaway redis-server that serves TLS
 // only, with a certificate for 127.0.0.1 and localhost signed by a CA made for the test:
-// trusted through `redisOptions.tls.ca` (string, Buffer, array), refused without it.
+// trusted through `redisOptions.tls.ca` (string, Buffer, array), refused without it; and the
+// other TLS options honoured (a tls object on redis://, servername, client certificates,
+// rejectUnauthorized).
 
 const fs = require('node:fs');
 const { Redis } = require('ioredis');
@@ -183,19 +185,55 @@ describe('rediss:// without a CA that signed the server certificate', () => {
     expect(error).toBeInstanceOf(TransportConnectionError);
     expect(elapsedMs).toBeLessThan(3000);
   });
+});
 
-  it('a CA given for a plain redis:// DSN is ignored (no TLS is attempted)', async () => {
-    const plain = await startRedisServer();
-    try {
-      const t = transport({ dsn: `redis://127.0.0.1:${plain.port}`, redisOptions: { tls: { ca: caPem } } });
-      await t.send(envelopeOf('plain'));
-      const received = await receiveOne(t);
-      expect(received.message.id).toBe('plain');
-      await t.ack(received);
-      await t.close();
-    } finally {
-      await plain.stop();
-    }
+describe('redisOptions.tls on a redis:// DSN', () => {
+  it('a tls object turns TLS on, as in ioredis', async () => {
+    const stream = engine.uniqueStream('tls');
+    const t = transport({ dsn: `redis://127.0.0.1:${server.port}`, stream, redisOptions: { tls: { ca: caPem } } });
+    await t.send(envelopeOf('tls-on-redis-scheme'));
+    const received = await receiveOne(t);
+    expect(received.message.id).toBe('tls-on-redis-scheme');
+    await t.ack(received);
+  });
+});
+
+describe('tls.servername', () => {
+  it('naming the DSN\'s host is accepted', async () => {
+    const t = transport({ dsn: `rediss://localhost:${server.port}`, redisOptions: { tls: { ca: caPem, servername: 'LOCALHOST' } } });
+    await t.send(envelopeOf('named'));
+    await t.ack(await receiveOne(t));
+  });
+});
+
+describe('client certificates (a server that requires one)', () => {
+  let strict;
+  let client;
+
+  beforeAll(async () => {
+    client = tls.issue('client', 'DNS:client.test', 'clientAuth');
+    strict = await startRedisServer({ tls, args: ['--tls-auth-clients', 'yes'] });
+  }, 30000);
+
+  afterAll(async () => {
+    await strict?.stop();
+  });
+
+  it('tls.cert and tls.key are presented', async () => {
+    const t = transport({
+      dsn: `rediss://127.0.0.1:${strict.port}`,
+      redisOptions: { tls: { ca: caPem, cert: fs.readFileSync(client.cert), key: fs.readFileSync(client.key, 'utf8') } },
+    });
+    await t.send(envelopeOf('with-client-cert'));
+    const received = await receiveOne(t);
+    expect(received.message.id).toBe('with-client-cert');
+    await t.ack(received);
+  });
+
+  it('without them the server refuses the connection: TransportConnectionError', async () => {
+    const t = transport({ dsn: `rediss://127.0.0.1:${strict.port}`, connectTimeoutMs: 2000, redisOptions: { tls: { ca: caPem } } });
+    const { error } = await failure(() => t.getMessageCount());
+    expect(error).toBeInstanceOf(TransportConnectionError);
   });
 });
 
@@ -220,6 +258,16 @@ describe('host name verification', () => {
       const { error } = await failure(() => t.send(envelopeOf('x')));
       expect({ host, name: error.name }).toEqual({ host, name: 'TransportConnectionError' });
       expect(error.message).toMatch(/certificate|name/i);
+    }
+  });
+
+  it('tls.rejectUnauthorized: false accepts it, and a certificate from an unknown CA', async () => {
+    for (const redisOptions of [{ tls: { rejectUnauthorized: false } }, { tls: { ca: caPem, rejectUnauthorized: false } }]) {
+      const t = transport({ dsn: `rediss://127.0.0.1:${otherServer.port}`, redisOptions });
+      await t.send(envelopeOf('unverified'));
+      const received = await receiveOne(t);
+      expect(received.message.id).toBe('unverified');
+      await t.ack(received);
     }
   });
 });

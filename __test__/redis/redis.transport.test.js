@@ -299,7 +299,7 @@ describe('construction and options', () => {
     expect(new Set(names).size).toBe(2);
   });
 
-  it('honours every option (name, group, consumer, serializer, delayKey, readBatchSize, ignored ioredis options)', async () => {
+  it('honours every option (name, group, consumer, serializer, delayKey, readBatchSize, ioredis options of no effect)', async () => {
     const stream = freshStream();
     const delayKey = `${stream}:later`;
     keys.push(delayKey);
@@ -315,7 +315,7 @@ describe('construction and options', () => {
       pollIntervalMs: 20,
       readBatchSize: 3,
       cluster: false,
-      redisOptions: { connectionName: 'ignored', maxRetriesPerRequest: 1, lazyConnect: true },
+      redisOptions: { lazyConnect: true, enableReadyCheck: false, maxRetriesPerRequest: 20 },
       connectTimeoutMs: 2000,
     });
     for (const id of ['1', '2', '3', '4', '5']) await t.send(envelopeOf(id));

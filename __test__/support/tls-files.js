@@ -14,11 +14,13 @@ const { execFileSync } = require('node:child_process');
  * A throwaway CA and a server certificate signed by it (for 127.0.0.1 and localhost unless
  * `subjectAltName` says otherwise), plus a second, unrelated CA.
  *
- * `issue(name, subjectAltName)` signs one more server certificate with the same CA (say, one
- * that names another host), so that a client trusting `ca` differs only in the name it sees.
+ * `issue(name, subjectAltName, usage)` signs one more certificate with the same CA (say, one
+ * that names another host, or with `usage` 'clientAuth' a client certificate), so that a client
+ * trusting `ca` differs only in the name it sees.
  * @param {{ subjectAltName?: string }} [options] an openssl subjectAltName value
  * @returns {{ dir: string, ca: string, otherCa: string, cert: string, key: string,
- *   issue: (name: string, subjectAltName: string) => { cert: string, key: string }, remove: () => void }}
+ *   issue: (name: string, subjectAltName: string, usage?: string) => { cert: string, key: string },
+ *   remove: () => void }}
  */
 function makeTlsFiles({ subjectAltName = 'IP:127.0.0.1,DNS:localhost' } = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nmn-tls-'));
@@ -30,11 +32,11 @@ function makeTlsFiles({ subjectAltName = 'IP:127.0.0.1,DNS:localhost' } = {}) {
       '-keyout', file(`${ca}.key`), '-out', file(`${ca}.crt`), '-subj', `/CN=nmn test ${ca}`,
     );
   }
-  const issue = (name, names) => {
+  const issue = (name, names, usage = 'serverAuth') => {
     openssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', file(`${name}.key`), '-out', file(`${name}.csr`), '-subj', `/CN=nmn test ${name}`);
     fs.writeFileSync(
       file(`${name}.ext`),
-      `basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=${names}\n`,
+      `basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=${usage}\nsubjectAltName=${names}\n`,
     );
     openssl(
       'x509', '-req', '-in', file(`${name}.csr`), '-CA', file('ca.crt'), '-CAkey', file('ca.key'),

@@ -38,7 +38,11 @@ import {
   dialectFromDsn as upstreamDialectFromDsn,
   type SqlDialect as UpstreamSqlDialect,
 } from '@schally/nestjs-messenger-transport-sql';
-import { assertValidRedisDsn as upstreamAssertValidRedisDsn } from '@schally/nestjs-messenger-transport-redis';
+import {
+  assertValidRedisDsn as upstreamAssertValidRedisDsn,
+  type RedisStreamsTransportOptions as UpstreamRedisOptions,
+} from '@schally/nestjs-messenger-transport-redis';
+import type { RedisOptions } from 'ioredis';
 import type { SqlTransportOptions as UpstreamSqlTransportOptions } from '@schally/nestjs-messenger-transport-sql';
 import type { HealthCheckService as HealthCheckService10 } from 'terminus10';
 import type { HealthCheckService as HealthCheckService11, HealthIndicatorService } from 'terminus11';
@@ -192,6 +196,32 @@ function dsnChecks(): SqlDialect {
   return dialectFromDsn('sqlite://queue.db') === 'sqlite' ? widened : dialectFromDsn('mariadb://localhost/db');
 }
 
+// An app's ioredis options, typed as ioredis types them, and upstream's whole options object,
+// compile as they are; keys refused at run time are refused at compile time in a literal.
+function redisOptionsChecks(shared: RedisOptions, upstream: UpstreamRedisOptions): RedisStreamsTransport[] {
+  const typed: RedisOptions = {
+    db: 3,
+    username: 'app',
+    password: 'secret',
+    keyPrefix: 'app:',
+    connectTimeout: 2000,
+    family: 4,
+    lazyConnect: true,
+    tls: { ca: [Buffer.from('pem')], cert: 'pem', key: 'pem', servername: 'redis.internal', rejectUnauthorized: true },
+  };
+  const transports = [
+    new RedisStreamsTransport({ dsn: 'redis://localhost:6379', stream: 'events', redisOptions: typed }),
+    new RedisStreamsTransport({ dsn: 'redis://localhost:6379', stream: 'events', redisOptions: shared }),
+    new RedisStreamsTransport(upstream),
+    new RedisStreamsTransport({ dsn: 'redis://localhost', stream: 'events', redisOptions: { db: 1, tls: {} } }),
+  ];
+  // @ts-expect-error Sentinel is refused
+  void new RedisStreamsTransport({ dsn: 'redis://localhost', stream: 'events', redisOptions: { sentinels: [] } });
+  // @ts-expect-error db is a number
+  void new RedisStreamsTransport({ dsn: 'redis://localhost', stream: 'events', redisOptions: { db: '1' } });
+  return transports;
+}
+
 // A terminus health check over both transports (one shared type), on terminus 11 (with its
 // HealthIndicatorService) and on terminus 10 (without).
 async function terminusChecks(
@@ -231,4 +261,5 @@ export const checks = [
   asFailureTransport,
   capabilities,
   terminusChecks,
+  redisOptionsChecks,
 ] as const;

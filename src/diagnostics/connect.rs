@@ -154,6 +154,7 @@ pub async fn open_redis(
             cluster,
             tls_ca: None,
             connect_timeout: timeout,
+            ..Default::default()
         },
     )?;
     let start = Instant::now();

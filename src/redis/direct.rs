@@ -38,7 +38,7 @@ impl RedisWire {
             return None;
         };
         // Without a marker key beside the stream, a batch could not be sent again safely.
-        super::slot::beside(&queue.config.stream, "sent:probe")?;
+        queue.config.beside("sent:probe")?;
         let settings = info.redis_settings();
         if settings.protocol() != redis::ProtocolVersion::RESP2 {
             return None;
@@ -160,7 +160,7 @@ impl DirectWire for RedisWire {
 
     fn encode(&self, messages: Vec<NewMessage>) -> (Vec<u8>, Resend) {
         let stream = &self.queue.config.stream;
-        let batch = SendBatch::new(stream, &messages, false);
+        let batch = SendBatch::new(&self.queue.config, &messages);
         let request = super::writes::insert_request(stream, &batch, &messages);
         let queue = self.queue.clone();
         let resend: Resend =

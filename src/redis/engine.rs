@@ -29,9 +29,12 @@ const MAX_REDIRECT_RESENDS: u32 = 5;
 const REDIRECT_PAUSE: Duration = Duration::from_millis(10);
 const MAX_REDIRECT_PAUSE: Duration = Duration::from_millis(160);
 
-/// Options of one stream consumer.
+/// Options of one stream consumer. The keys are as stored: `key_prefix` already put before
+/// them.
 #[derive(Debug, Clone)]
 pub struct StreamConfig {
+    /// Prepended to every key the queue touches (ioredis's `keyPrefix`); may be empty.
+    pub key_prefix: String,
     pub stream: String,
     pub group: String,
     pub consumer: String,
@@ -108,31 +111,36 @@ pub(super) struct Reclaim {
     pub(super) next_at: Instant,
 }
 
+impl StreamConfig {
+    /// A key of the stream's own (see `slot::beside`), under the key prefix like every key
+    /// (so it may not share the stream's slot: such keys serve single nodes only).
+    pub(super) fn beside(&self, suffix: &str) -> Option<String> {
+        let unprefixed = self
+            .stream
+            .strip_prefix(self.key_prefix.as_str())
+            .unwrap_or(&self.stream);
+        slot::beside(unprefixed, suffix).map(|key| format!("{}{key}", self.key_prefix))
+    }
+}
+
 impl RedisQueue {
     pub fn open(dsn: &RedisDsn, config: StreamConfig) -> Result<Self> {
         if config.connect.cluster {
             slot::check_same_slot(&config.stream, &config.delay_key)?;
         }
-        // Everything the shared connections are made with: a transport with another CA or
-        // timeout gets connections of its own, never the first transport's.
-        let ca_digest = config.connect.tls_ca.as_deref().map(|ca| {
-            use std::hash::{Hash, Hasher};
-            let mut hasher = std::collections::hash_map::DefaultHasher::new();
-            ca.hash(&mut hasher);
-            hasher.finish()
-        });
+        // Everything the shared connections are made with: a transport with another CA,
+        // timeout or redisOptions gets connections of its own, never the first transport's.
         let key = format!(
-            "{}|cluster={}|ca={:?}|connect_timeout_ms={}",
+            "{}|connect={:x}|connect_timeout_ms={}",
             dsn.url,
-            config.connect.cluster,
-            ca_digest,
+            config.connect.digest(),
             config.connect.connect_timeout.as_millis()
         );
         let shared = TARGETS.join(&key, || {
             Ok(RedisShared {
                 key: key.clone(),
                 target: Target::new(dsn, &config.connect)?,
-                secrets: dsn.secrets.clone(),
+                secrets: config.connect.secrets(dsn),
                 connect_timeout: config.connect.connect_timeout,
                 commands: tokio::sync::Mutex::new(None),
                 board: WakeBoard::default(),
@@ -270,7 +278,7 @@ impl Engine for RedisQueue {
 
     fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
-            let batch = SendBatch::new(&self.config.stream, &messages, self.config.connect.cluster);
+            let batch = SendBatch::new(&self.config, &messages);
             self.insert_batch(&messages, batch).await
         })
     }

@@ -43,11 +43,11 @@ impl SendBatch {
     /// On a cluster, no marker: while the stream's slot migrates, a script over the stream and
     /// a marker that is not there yet is refused (TRYAGAIN) until the move ends, holding sends
     /// up; there a batch goes as one pipeline of XADDs, as upstream sends.
-    pub(super) fn new(stream: &str, messages: &[NewMessage], cluster: bool) -> Self {
-        let marker = if cluster {
+    pub(super) fn new(config: &super::StreamConfig, messages: &[NewMessage]) -> Self {
+        let marker = if config.connect.cluster {
             None
         } else {
-            super::slot::beside(stream, &batch_name())
+            config.beside(&batch_name())
         };
         let nonces = messages
             .iter()
@@ -343,6 +343,22 @@ mod tests {
         NewMessage::new("{}".to_owned(), "{}".to_owned(), delay_ms)
     }
 
+    fn config(key_prefix: &str, stream: &str, cluster: bool) -> super::super::StreamConfig {
+        super::super::StreamConfig {
+            key_prefix: key_prefix.to_owned(),
+            stream: format!("{key_prefix}{stream}"),
+            group: "g".to_owned(),
+            consumer: "c".to_owned(),
+            delay_key: format!("{key_prefix}{stream}:delayed"),
+            claim_idle: std::time::Duration::from_secs(30),
+            poll_interval: std::time::Duration::from_millis(50),
+            connect: super::super::connection::ConnectOptions {
+                cluster,
+                ..Default::default()
+            },
+        }
+    }
+
     fn dropped() -> InsertFailure {
         InsertFailure {
             dropped: true,
@@ -352,7 +368,7 @@ mod tests {
 
     #[test]
     fn a_batch_found_dropped_is_sent_again_once_when_its_first_copy_would_be_found() {
-        let single_node = SendBatch::new("messenger:s", &[message(0.0)], false);
+        let single_node = SendBatch::new(&config("", "messenger:s", false), &[message(0.0)]);
         assert!(dropped().may_send_again(&single_node, false));
         assert!(!dropped().may_send_again(&single_node, true));
         let timed_out: InsertFailure = Error::connection("timeout").into();
@@ -362,11 +378,24 @@ mod tests {
     #[test]
     fn a_cluster_batch_with_due_messages_is_not_sent_again() {
         let due = [message(0.0), message(500.0)];
-        let cluster = SendBatch::new("messenger:{s}", &due, true);
+        let cluster = SendBatch::new(&config("", "messenger:{s}", true), &due);
         assert!(!dropped().may_send_again(&cluster, false));
         // Delayed members carry their own nonce: a repeat adds each once.
-        let delayed = SendBatch::new("messenger:{s}", &[message(500.0)], true);
+        let delayed = SendBatch::new(&config("", "messenger:{s}", true), &[message(500.0)]);
         assert!(dropped().may_send_again(&delayed, false));
+    }
+
+    #[test]
+    fn a_batch_marker_starts_with_the_key_prefix() {
+        for (prefix, stream, start) in [
+            ("app:", "messenger:s", "app:{messenger:s}:sent:"),
+            ("app:", "messenger:{s}", "app:messenger:{s}:sent:"),
+            ("", "plain", "{plain}:sent:"),
+        ] {
+            let batch = SendBatch::new(&config(prefix, stream, false), &[message(0.0)]);
+            let marker = batch.marker.expect("a marker on a single node");
+            assert!(marker.starts_with(start), "{marker}");
+        }
     }
 
     #[test]
