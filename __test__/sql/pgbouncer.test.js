@@ -62,7 +62,8 @@ function transportThrough(bouncer, variant, options, app = undefined) {
 const VARIANTS = [
   { name: 'transaction mode (pgbouncer=true), LISTEN through listenDsn', poolMode: 'transaction', query: 'pgbouncer=true', listen: true, push: true },
   { name: 'transaction mode (pgbouncer=true), polling', poolMode: 'transaction', query: 'pgbouncer=true', listen: false, push: false },
-  { name: 'session mode', poolMode: 'session', query: '', listen: false, push: true },
+  { name: 'session mode, LISTEN through PgBouncer', poolMode: 'session', query: '', listen: false, push: true },
+  { name: 'session mode, LISTEN through listenDsn', poolMode: 'session', query: '', listen: true, push: true },
 ];
 
 describe.each(shippedAndWithout())('PgBouncer %s', (_, settings) => {
