@@ -289,6 +289,8 @@ export interface SqlQueueOptions {
   connectTimeoutMs: number
   maxQueuedSends: number
   maxQueuedSendBytes: number
+  /** PostgreSQL: the DSN of the LISTEN connection, when `dsn` goes through a pooler. */
+  listenDsn?: string
 }
 
 /** What `stats` samples; `cursor` is the previous sample's, for `added`. */

@@ -123,6 +123,7 @@ export interface TransportStats {
 export interface SqlTransportOptions {
   /**
    * `postgres://` / `postgresql://` DSN (query parameters such as `sslmode` go to the driver).
+   * Through PgBouncer in transaction mode add `pgbouncer=true` (see `listenDsn`).
    * An invalid DSN or unknown scheme throws `TransportConnectionError`.
    */
   readonly dsn: string;
@@ -144,6 +145,12 @@ export interface SqlTransportOptions {
   readonly useNotify?: boolean;
   /** PostgreSQL only: longest idle wait (ms) on LISTEN before re-checking. Default 60000. */
   readonly getNotifyTimeoutMs?: number;
+  /**
+   * PostgreSQL only: a DSN straight to the database for the LISTEN connection, when `dsn` goes
+   * through a pooler. A `dsn` through PgBouncer in transaction mode (`pgbouncer=true` in it)
+   * cannot carry LISTEN: without `listenDsn` idle consumers poll every `pollIntervalMs`.
+   */
+  readonly listenDsn?: string;
   /** How long a first connection may take before `TransportConnectionError`. Default 5000. */
   readonly connectTimeoutMs?: number;
   /**

@@ -45,6 +45,13 @@ function resolveSqlOptions(options) {
       `useNotify and getNotifyTimeoutMs apply only where the database can wake consumers (PostgreSQL); remove them for a ${facts.label} DSN.`,
     );
   }
+  const listenDsn = options.listenDsn;
+  if (listenDsn !== undefined && (typeof listenDsn !== 'string' || listenDsn === '')) {
+    throw new InvalidArgumentError('Invalid listenDsn: expected a PostgreSQL DSN (a non-empty string).');
+  }
+  if (listenDsn !== undefined && !facts.pushWakeup) {
+    throw new InvalidArgumentError(`listenDsn applies only to PostgreSQL; remove it for a ${facts.label} DSN.`);
+  }
   return {
     dialect: facts.dialect,
     dsn,
@@ -54,6 +61,7 @@ function resolveSqlOptions(options) {
     serializer: options.serializer ?? new JsonSerializer(),
     autoSetup: options.autoSetup ?? DEFAULTS.autoSetup,
     useNotify: facts.pushWakeup ? (options.useNotify ?? DEFAULTS.useNotify) : false,
+    listenDsn,
     redeliverTimeoutSeconds: nonNegativeNumber(options, DEFAULTS, 'redeliverTimeoutSeconds'),
     pollIntervalMs: nonNegativeNumber(options, DEFAULTS, 'pollIntervalMs'),
     getNotifyTimeoutMs: nonNegativeNumber(options, DEFAULTS, 'getNotifyTimeoutMs'),

@@ -32,6 +32,7 @@ class SqlTransport extends NativeTransport {
         connectTimeoutMs: o.connectTimeoutMs,
         maxQueuedSends: o.maxQueuedSends,
         maxQueuedSendBytes: o.maxQueuedSendBytes,
+        listenDsn: o.listenDsn,
       }),
     );
     const messaging = { system: sqlSystem(o.dialect), destination: o.queueName };

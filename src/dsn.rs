@@ -22,8 +22,11 @@ pub struct SqlDsn {
     pub driver_url: String,
     /// The DSN with its password replaced by `***`, for messages.
     pub redacted: String,
-    /// Every form of the password found in the DSN, to scrub from driver messages.
+    /// Every form of the password found in the DSN (and in `listen`'s), to scrub from driver
+    /// messages.
     pub secrets: Vec<String>,
+    /// PostgreSQL only: where the LISTEN connection goes instead (the `listenDsn` option).
+    pub listen: Option<Box<SqlDsn>>,
 }
 
 const SUPPORTED: &str = "postgres://, postgresql://, mysql://, mariadb://, sqlite://";
@@ -77,7 +80,32 @@ pub fn parse_sql_dsn(dsn: &str) -> Result<SqlDsn> {
         driver_url,
         redacted,
         secrets,
+        listen: None,
     })
+}
+
+impl SqlDsn {
+    /// This DSN with `listen` (the `listenDsn` option, PostgreSQL only) as its LISTEN
+    /// connection's DSN; its secrets are scrubbed from messages too.
+    pub fn with_listen(mut self, listen: Option<&str>) -> Result<Self> {
+        let Some(listen) = listen else {
+            return Ok(self);
+        };
+        let parsed = parse_sql_dsn(listen).map_err(|e| {
+            Error::connection(format!("Invalid listenDsn: {}", e.message)).redacted(&self.secrets)
+        })?;
+        if self.dialect != Dialect::Postgres || parsed.dialect != Dialect::Postgres {
+            return Err(Error::invalid_argument(format!(
+                "listenDsn applies only to PostgreSQL (a postgres:// DSN for a postgres:// dsn), got \"{}\".",
+                parsed.redacted
+            ))
+            .redacted(&self.secrets));
+        }
+        self.secrets.extend(parsed.secrets.iter().cloned());
+        self.secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        self.listen = Some(Box::new(parsed));
+        Ok(self)
+    }
 }
 
 /// mysql2 reads an `ssl` URL parameter (a JSON object of TLS options, or a profile name) that
@@ -345,6 +373,28 @@ mod tests {
         // A port's colon after the user is not a password.
         let plain = parse_sql_dsn("mysql://root@127.0.0.1:3306/test?x=a@b").unwrap();
         assert_eq!(plain.redacted, "mysql://root@127.0.0.1:3306/test?x=a@b");
+    }
+
+    #[test]
+    fn a_listen_dsn_is_postgres_only_and_its_password_is_a_secret() {
+        let dsn = parse_sql_dsn("postgres://u:pooled@bouncer:6432/db?pgbouncer=true")
+            .and_then(|d| d.with_listen(Some("postgres://u:direct@db:5432/db")))
+            .unwrap();
+        assert_eq!(
+            dsn.listen.as_ref().map(|l| l.redacted.as_str()),
+            Some("postgres://u:***@db:5432/db")
+        );
+        assert!(dsn.secrets.contains(&"direct".to_owned()));
+        assert!(dsn.secrets.contains(&"pooled".to_owned()));
+        let mysql = parse_sql_dsn("mysql://root:pw@h/test")
+            .and_then(|d| d.with_listen(Some("postgres://u@db/db")))
+            .unwrap_err();
+        assert_eq!(mysql.kind, crate::error::ErrorKind::InvalidArgument);
+        let bad = parse_sql_dsn("postgres://u@h/db")
+            .and_then(|d| d.with_listen(Some("postgres://u:hunter2@[bad")))
+            .unwrap_err();
+        assert!(bad.message.contains("listenDsn"), "{}", bad.message);
+        assert!(!bad.message.contains("hunter2"), "{}", bad.message);
     }
 
     #[test]

@@ -77,6 +77,8 @@ mod exports {
         pub connect_timeout_ms: f64,
         pub max_queued_sends: f64,
         pub max_queued_send_bytes: f64,
+        /// PostgreSQL: the DSN of the LISTEN connection, when `dsn` goes through a pooler.
+        pub listen_dsn: Option<String>,
     }
 
     /// Options of a native Redis Streams queue, already defaulted by the JavaScript wrapper.
@@ -338,7 +340,8 @@ mod exports {
         /// A SQL queue: validates options and binds to the shared pool; opens no connection.
         #[napi(factory, catch_unwind)]
         pub fn sql(options: SqlQueueOptions) -> napi::Result<Self> {
-            let dsn = dsn::parse_sql_dsn(&options.dsn)?;
+            let dsn =
+                dsn::parse_sql_dsn(&options.dsn)?.with_listen(options.listen_dsn.as_deref())?;
             ident::validate_table_name(&options.table_name)?;
             ident::validate_queue_name(&options.queue_name)?;
             let redeliver = options.redeliver_timeout_seconds;

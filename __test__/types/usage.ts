@@ -175,6 +175,12 @@ new SqlTransport({ dsn: 'postgres://localhost/app', pollIntervalMs: '100' });
 // @ts-expect-error the dsn is required
 new SqlTransport({ queueName: 'orders' });
 
+// Through PgBouncer in transaction mode, LISTEN straight to the database.
+new SqlTransport({ dsn: 'postgres://pgbouncer:6432/app?pgbouncer=true', listenDsn: 'postgres://db:5432/app' });
+
+// @ts-expect-error listenDsn is a DSN string
+new SqlTransport({ dsn: 'postgres://pgbouncer:6432/app?pgbouncer=true', listenDsn: true });
+
 // @ts-expect-error useNotify is a boolean
 new SqlTransport({ dsn: 'postgres://localhost/app', useNotify: 'yes' });
 

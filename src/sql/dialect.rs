@@ -115,6 +115,12 @@ pub trait SqlDialect: Sized + Send + Sync + 'static {
         Box::pin(async { Ok(()) })
     }
 
+    /// Whether the target's DSN goes through a transaction pooler: its statements with binds
+    /// then each run in a transaction of their own (see `super::driver::rows_on`).
+    fn transaction_pooled(_extra: &Self::Extra) -> bool {
+        false
+    }
+
     /// Lets go of the dialect's own per-target resources when the last queue closes.
     fn close_target(_target: &SqlTarget<Self>) -> BoxFuture<'_, ()> {
         Box::pin(async {})

@@ -7,10 +7,25 @@
 
 use crate::engine::{Held, StoredMessage};
 use futures_util::future::BoxFuture;
-use sqlx::database::Database;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
+use sqlx::database::{Database, HasStatementCache};
+use sqlx::{ColumnIndex, Connection, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
 
 pub type SqlResult<T> = std::result::Result<T, sqlx::Error>;
+
+/// Where a statement with binds runs: the target's pool, and whether each such statement runs
+/// in a transaction of its own (a DSN through a transaction pooler: see `postgres::pooler`).
+pub struct Runner<'a, DB: Database> {
+    pub pool: &'a Pool<DB>,
+    pub in_transaction: bool,
+}
+
+impl<DB: Database> Clone for Runner<'_, DB> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<DB: Database> Copy for Runner<'_, DB> {}
 
 /// A value bound to a shared statement, in placeholder order.
 #[derive(Debug, Clone, Copy)]
@@ -44,31 +59,31 @@ impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
 }
 
 /// The generic statement runner; implemented for every database below, never by hand.
-pub trait Driver: Database {
+pub trait Driver: Database + HasStatementCache {
     /// Rows of `(id, body, headers)` as messages.
     fn fetch_messages<'a>(
-        pool: &'a Pool<Self>,
+        runner: Runner<'a, Self>,
         sql: &'a str,
         params: &'a [Param<'a>],
     ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>>;
 
     /// At most one `(id, body, headers)` row.
     fn fetch_message<'a>(
-        pool: &'a Pool<Self>,
+        runner: Runner<'a, Self>,
         sql: &'a str,
         params: &'a [Param<'a>],
     ) -> BoxFuture<'a, SqlResult<Option<StoredMessage>>>;
 
     /// The `count` column of a one-row result.
     fn fetch_count<'a>(
-        pool: &'a Pool<Self>,
+        runner: Runner<'a, Self>,
         sql: &'a str,
         params: &'a [Param<'a>],
     ) -> BoxFuture<'a, SqlResult<i64>>;
 
     /// The nullable `wait_ms` column of a one-row result.
     fn fetch_wait_ms<'a>(
-        pool: &'a Pool<Self>,
+        runner: Runner<'a, Self>,
         sql: &'a str,
         params: &'a [Param<'a>],
     ) -> BoxFuture<'a, SqlResult<Option<f64>>>;
@@ -113,7 +128,7 @@ pub trait Driver: Database {
 
 impl<DB> Driver for DB
 where
-    DB: Database,
+    DB: Database + HasStatementCache,
     DB::QueryResult: RowsAffected,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
@@ -126,46 +141,50 @@ where
     &'static str: ColumnIndex<DB::Row>,
 {
     fn fetch_messages<'a>(
-        pool: &'a Pool<Self>,
+        runner: Runner<'a, Self>,
         sql: &'a str,
         params: &'a [Param<'a>],
     ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>> {
         Box::pin(async move {
-            let rows = bound::<DB>(sql, params).fetch_all(pool).await?;
+            let rows = bound_rows::<DB>(runner, sql, params).await?;
             rows.iter().map(Self::message_of).collect()
         })
     }
 
     fn fetch_message<'a>(
-        pool: &'a Pool<Self>,
+        runner: Runner<'a, Self>,
         sql: &'a str,
         params: &'a [Param<'a>],
     ) -> BoxFuture<'a, SqlResult<Option<StoredMessage>>> {
         Box::pin(async move {
-            let row = bound::<DB>(sql, params).fetch_optional(pool).await?;
-            row.as_ref().map(Self::message_of).transpose()
+            let rows = bound_rows::<DB>(runner, sql, params).await?;
+            rows.first().map(Self::message_of).transpose()
         })
     }
 
     fn fetch_count<'a>(
-        pool: &'a Pool<Self>,
+        runner: Runner<'a, Self>,
         sql: &'a str,
         params: &'a [Param<'a>],
     ) -> BoxFuture<'a, SqlResult<i64>> {
         Box::pin(async move {
-            let row = bound::<DB>(sql, params).fetch_one(pool).await?;
-            row.try_get::<i64, _>("count")
+            let rows = bound_rows::<DB>(runner, sql, params).await?;
+            rows.first()
+                .ok_or(sqlx::Error::RowNotFound)?
+                .try_get::<i64, _>("count")
         })
     }
 
     fn fetch_wait_ms<'a>(
-        pool: &'a Pool<Self>,
+        runner: Runner<'a, Self>,
         sql: &'a str,
         params: &'a [Param<'a>],
     ) -> BoxFuture<'a, SqlResult<Option<f64>>> {
         Box::pin(async move {
-            let row = bound::<DB>(sql, params).fetch_one(pool).await?;
-            row.try_get::<Option<f64>, _>("wait_ms")
+            let rows = bound_rows::<DB>(runner, sql, params).await?;
+            rows.first()
+                .ok_or(sqlx::Error::RowNotFound)?
+                .try_get::<Option<f64>, _>("wait_ms")
         })
     }
 
@@ -243,6 +262,54 @@ where
         Err(sqlx::Error::ColumnDecode { .. }) => Ok(String::new()),
         other => other,
     }
+}
+
+/// The rows of `sql` with `params` bound, run as `runner` says.
+fn bound_rows<'a, DB>(
+    runner: Runner<'a, DB>,
+    sql: &'a str,
+    params: &'a [Param<'a>],
+) -> BoxFuture<'a, SqlResult<Vec<DB::Row>>>
+where
+    DB: Database + HasStatementCache,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> f64: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+{
+    Box::pin(async move {
+        let query = bound::<DB>(sql, params);
+        if !runner.in_transaction {
+            return query.fetch_all(runner.pool).await;
+        }
+        let mut conn = runner.pool.acquire().await?;
+        rows_on(&mut *conn, true, query).await
+    })
+}
+
+/// The rows of `query` on `conn`; with `in_transaction`, unnamed and inside a transaction of
+/// its own, so that a transaction pooler keeps one server connection from the statement's
+/// Parse to its Execute (the driver sends them in two exchanges: see `postgres::pooler`).
+pub fn rows_on<'c, 'q: 'c, DB>(
+    conn: &'c mut DB::Connection,
+    in_transaction: bool,
+    query: sqlx::query::Query<'q, DB, DB::Arguments<'q>>,
+) -> BoxFuture<'c, SqlResult<Vec<DB::Row>>>
+where
+    DB: Database + HasStatementCache,
+    for<'e> &'e mut DB::Connection: Executor<'e, Database = DB>,
+    DB::Arguments<'q>: IntoArguments<'q, DB>,
+{
+    Box::pin(async move {
+        if !in_transaction {
+            return query.fetch_all(&mut *conn).await;
+        }
+        let mut tx = conn.begin().await?;
+        let rows = query.persistent(false).fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(rows)
+    })
 }
 
 /// `sql` with `params` bound in order.

@@ -151,7 +151,7 @@ impl<D: SqlDialect> TableQueue<D> {
     async fn next_due_in_ms(&self) -> Result<Option<f64>> {
         let params = self.queue_and_lease();
         self.bounded("claim", None, async {
-            D::Db::fetch_wait_ms(&self.target.pool, &self.shared_sql.next_due, &params)
+            D::Db::fetch_wait_ms(self.target.runner(), &self.shared_sql.next_due, &params)
                 .await
                 .map_err(|e| self.err("claim", e))
         })
@@ -347,7 +347,7 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             let params = [Param::Text(&self.config.queue), Param::Int(limit.into())];
             self.bounded("list", None, async {
                 self.ready("list").await?;
-                D::Db::fetch_messages(&self.target.pool, &self.shared_sql.list, &params)
+                D::Db::fetch_messages(self.target.runner(), &self.shared_sql.list, &params)
                     .await
                     .map_err(|e| self.err("list", e))
             })
@@ -362,9 +362,13 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             };
             self.bounded("find", None, async {
                 self.ready("find").await?;
-                D::Db::fetch_message(&self.target.pool, &self.shared_sql.find, &[Param::Int(id)])
-                    .await
-                    .map_err(|e| self.err("find", e))
+                D::Db::fetch_message(
+                    self.target.runner(),
+                    &self.shared_sql.find,
+                    &[Param::Int(id)],
+                )
+                .await
+                .map_err(|e| self.err("find", e))
             })
             .await
         })
@@ -375,7 +379,7 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             let params = self.queue_and_lease();
             self.bounded("count", None, async {
                 self.ready("count").await?;
-                D::Db::fetch_count(&self.target.pool, &self.shared_sql.count, &params)
+                D::Db::fetch_count(self.target.runner(), &self.shared_sql.count, &params)
                     .await
                     .map_err(|e| self.err("count", e))
             })

@@ -4,7 +4,7 @@
 
 use super::claim_doubt::RecentClaims;
 use super::dialect::{DialectConnectOptions, OpenedTarget, SqlDialect};
-use super::driver::SqlResult;
+use super::driver::{Runner, SqlResult};
 use super::errors::Failure;
 use super::errors::{driver_error, no_answer, outcome_unknown};
 use super::kept_connection::KeptConnection;
@@ -96,6 +96,14 @@ impl<D: SqlDialect> SqlTarget<D> {
             self.ack_connection.give_back();
             self.send_connection.give_back();
             close_pool(&self.pool, POOL_CLOSE_BOUND).await;
+        }
+    }
+
+    /// Where the shared statements with binds run.
+    pub fn runner(&self) -> Runner<'_, D::Db> {
+        Runner {
+            pool: &self.pool,
+            in_transaction: D::transaction_pooled(&self.extra),
         }
     }
 

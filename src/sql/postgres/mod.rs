@@ -1,9 +1,12 @@
 //! PostgreSQL: the upstream table, batch claims with `FOR UPDATE SKIP LOCKED` in one
 //! statement, sends as one `unnest` INSERT with NOTIFY (channel = table, payload = queue) in
-//! the same statement, and one LISTEN connection per process and DSN for push wake-ups.
+//! the same statement, and one LISTEN connection per process and DSN for push wake-ups (to
+//! `listenDsn` when one is given). A DSN through PgBouncer in transaction mode says so
+//! (`pgbouncer=true`): see `pooler`.
 
 mod errors;
 mod listener;
+mod pooler;
 mod session_defaults;
 mod statements;
 mod tls_modes;
@@ -15,7 +18,7 @@ use crate::sql::claim_doubt::ClaimAttempt;
 use crate::sql::dialect::{
     renew_returning, DialectFacts, OpenedTarget, SqlDialect, TableStatements,
 };
-use crate::sql::driver::{Driver, SqlResult};
+use crate::sql::driver::{rows_on, Driver, SqlResult};
 use crate::sql::errors::Failure;
 use crate::sql::ids::HeldRow;
 use crate::sql::retry::with_rollback_retry;
@@ -37,9 +40,12 @@ use std::time::Duration;
 
 pub struct Postgres;
 
-/// PostgreSQL's per-DSN state: the LISTEN connection shared by the DSN's queues.
+/// PostgreSQL's per-DSN state: the LISTEN connection shared by the DSN's queues (none through
+/// a transaction pooler without `listenDsn`).
 pub struct PgExtra {
-    listener: Arc<PgNotifyListener>,
+    listener: Option<Arc<PgNotifyListener>>,
+    transaction_pooled: bool,
+    polling: pooler::PollingNotice,
 }
 
 static TARGETS: LazyLock<Targets<SqlTarget<Postgres>>> = LazyLock::new(Targets::default);
@@ -61,50 +67,72 @@ impl SqlDialect for Postgres {
         &TARGETS
     }
 
+    /// A transport with another `listenDsn` gets a target of its own.
+    fn target_key(dsn: &SqlDsn, connect_timeout: Duration) -> Result<String> {
+        let listen = dsn.listen.as_ref().map_or("", |l| l.driver_url.as_str());
+        Ok(format!(
+            "{} connect_timeout_ms={} listen={listen}",
+            dsn.driver_url,
+            connect_timeout.as_millis()
+        ))
+    }
+
     fn open_target(
         dsn: &SqlDsn,
         connect_timeout: Duration,
         board: &Arc<WakeBoard>,
     ) -> Result<OpenedTarget<Self>> {
-        let tls = tls_modes::tls_choice(&dsn.driver_url).map_err(|e| invalid_dsn(dsn, e))?;
-        let options = PgConnectOptions::from_str(&tls.url)
-            .map_err(|e| invalid_dsn(dsn, e))?
-            .disable_statement_logging();
-        let options = match tls.mode {
-            Some(mode) => options.ssl_mode(mode.for_sqlx()),
-            None => session_defaults::plain_on_loopback(options, &tls.url),
-        };
-        let server = ServerAddress {
-            host: options.get_host().to_owned(),
-            port: options.get_port(),
-        };
+        let transaction_pooled =
+            pooler::transaction_pooled(&dsn.driver_url).map_err(|e| invalid_dsn(dsn, e))?;
+        let options = connect_options(dsn)?;
+        let server = server_of(&options);
+        // Through a transaction pooler a session setting would stay on a server connection
+        // that other clients (other applications) are lent next.
+        let session_setup = (!transaction_pooled).then_some(session_defaults::SESSION_SETUP);
         let pool = with_keepalive(
             server_pool_options(connect_timeout),
             server.clone(),
-            Some(session_defaults::SESSION_SETUP),
+            session_setup,
         )
         .connect_lazy_with(options.clone());
-        let listener_pool = with_keepalive(
-            PgPoolOptions::new()
-                .max_connections(1)
-                .test_before_acquire(false)
-                .acquire_timeout(connect_timeout)
-                .idle_timeout(None),
-            server,
-            None,
-        )
-        .connect_lazy_with(options.clone());
+        let listen_options = match &dsn.listen {
+            Some(listen) => Some(connect_options(listen)?),
+            None => (!transaction_pooled).then(|| options.clone()),
+        };
+        let listener = listen_options.map(|listen_options| {
+            let listener_pool = with_keepalive(
+                PgPoolOptions::new()
+                    .max_connections(1)
+                    .test_before_acquire(false)
+                    .acquire_timeout(connect_timeout)
+                    .idle_timeout(None),
+                server_of(&listen_options),
+                None,
+            )
+            .connect_lazy_with(listen_options);
+            PgNotifyListener::new(listener_pool, board.clone())
+        });
         Ok(OpenedTarget {
             pool,
             probe: Some(options),
             extra: PgExtra {
-                listener: PgNotifyListener::new(listener_pool, board.clone()),
+                listener,
+                transaction_pooled,
+                polling: pooler::PollingNotice::default(),
             },
         })
     }
 
+    fn transaction_pooled(extra: &PgExtra) -> bool {
+        extra.transaction_pooled
+    }
+
     fn close_target(target: &SqlTarget<Self>) -> BoxFuture<'_, ()> {
-        Box::pin(target.extra.listener.stop())
+        Box::pin(async move {
+            if let Some(listener) = &target.extra.listener {
+                listener.stop().await;
+            }
+        })
     }
 
     fn statements(table: &str, notify: bool) -> (TableStatements, PgStatements) {
@@ -132,16 +160,22 @@ impl SqlDialect for Postgres {
 
     fn watch(queue: &TableQueue<Self>, counters: &Arc<crate::stats::Counters>) {
         if queue.config.use_notify {
-            queue.target.extra.listener.watch(counters);
+            match &queue.target.extra.listener {
+                Some(listener) => listener.watch(counters),
+                None => queue.target.extra.polling.watch(counters),
+            }
         }
     }
 
     fn push_ready(queue: &TableQueue<Self>) -> bool {
-        queue
-            .target
-            .extra
-            .listener
-            .is_listening(&queue.config.table)
+        let extra = &queue.target.extra;
+        match &extra.listener {
+            Some(listener) => listener.is_listening(&queue.config.table),
+            None => {
+                extra.polling.tell();
+                false
+            }
+        }
     }
 
     fn insert(
@@ -160,14 +194,13 @@ impl SqlDialect for Postgres {
             }
             let rows = with_rollback_retry(Self::classify, || async {
                 let mut conn = queue.target.acquire_for_write().await?;
-                let rows = sqlx::query(&queue.sql.insert)
+                let insert = sqlx::query::<sqlx::Postgres>(&queue.sql.insert)
                     .bind(&queue.config.queue)
                     .bind(&bodies)
                     .bind(&headers)
                     .bind(&delays)
-                    .bind(&queue.config.table)
-                    .fetch_all(&mut *conn)
-                    .await?;
+                    .bind(&queue.config.table);
+                let rows = rows_on(&mut *conn, pooled(queue), insert).await?;
                 queue.target.send_connection.keep(conn);
                 Ok(rows)
             })
@@ -194,14 +227,13 @@ impl SqlDialect for Postgres {
         Box::pin(async move {
             let kept = &queue.target.claim_connection;
             let mut conn = kept.take(&queue.target.pool).await?;
-            let rows = sqlx::query(&queue.sql.claim)
+            let claim = sqlx::query::<sqlx::Postgres>(&queue.sql.claim)
                 .bind(&queue.config.queue)
                 .bind(queue.config.redeliver_timeout_seconds)
                 .bind(i64::from(limit))
                 .bind(attempt.nonce)
-                .bind(attempt.span_ms)
-                .fetch_all(&mut *conn)
-                .await?;
+                .bind(attempt.span_ms);
+            let rows = rows_on(&mut *conn, pooled(queue), claim).await?;
             // A full claim is followed by another soon (the read-ahead).
             if rows.len() >= limit as usize {
                 kept.keep(conn);
@@ -218,15 +250,15 @@ impl SqlDialect for Postgres {
         attempt: &'a ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<()>> {
         Box::pin(async move {
-            sqlx::query(&queue.sql.release_stamped)
+            let release = sqlx::query::<sqlx::Postgres>(&queue.sql.release_stamped)
                 .bind(&queue.config.table)
                 .bind(&queue.config.queue)
                 .bind(attempt.nonce)
                 .bind(attempt.window().as_secs_f64())
                 .bind(attempt.span_ms)
-                .bind(queue.target.recent_claims.sharing_residue(attempt))
-                .execute(&queue.target.pool)
-                .await?;
+                .bind(queue.target.recent_claims.sharing_residue(attempt));
+            let mut conn = queue.target.pool.acquire().await?;
+            rows_on(&mut *conn, pooled(queue), release).await?;
             Ok(())
         })
     }
@@ -238,16 +270,18 @@ impl SqlDialect for Postgres {
         copy: &'a NewMessage,
     ) -> BoxFuture<'a, SqlResult<Option<String>>> {
         Box::pin(async move {
-            let row = sqlx::query(&queue.sql.redeliver)
+            let redeliver = sqlx::query::<sqlx::Postgres>(&queue.sql.redeliver)
                 .bind(id)
                 .bind(&copy.body)
                 .bind(&copy.headers)
                 .bind(copy.delay_ms)
                 .bind(&queue.config.table)
-                .bind(token)
-                .fetch_optional(&queue.target.pool)
-                .await?;
-            row.map(|r| r.try_get::<String, _>("id")).transpose()
+                .bind(token);
+            let mut conn = queue.target.pool.acquire().await?;
+            let rows = rows_on(&mut *conn, pooled(queue), redeliver).await?;
+            rows.first()
+                .map(|r| r.try_get::<String, _>("id"))
+                .transpose()
         })
     }
 
@@ -257,11 +291,11 @@ impl SqlDialect for Postgres {
                 "{}{condition}{}",
                 queue.sql.release_head, queue.sql.release_tail
             );
-            sqlx::query(&sql)
+            let release = sqlx::query::<sqlx::Postgres>(&sql)
                 .persistent(false)
-                .bind(&queue.config.table)
-                .execute(&queue.target.pool)
-                .await?;
+                .bind(&queue.config.table);
+            let mut conn = queue.target.pool.acquire().await?;
+            rows_on(&mut *conn, pooled(queue), release).await?;
             Ok(())
         })
     }
@@ -270,5 +304,33 @@ impl SqlDialect for Postgres {
     /// release never takes a live renewal (see `claim_doubt`).
     fn renew(queue: &TableQueue<Self>, rows: Vec<HeldRow>) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
         renew_returning(queue, &queue.sql.renew_head, &rows)
+    }
+}
+
+/// Whether `queue`'s statements with binds each need a transaction of their own.
+fn pooled(queue: &TableQueue<Postgres>) -> bool {
+    queue.target.extra.transaction_pooled
+}
+
+/// The driver's options for `dsn`: its TLS mode (see `tls_modes`), plain on loopback when it
+/// says nothing of TLS, and no `extra_float_digits` startup parameter, which PgBouncer refuses
+/// ("unsupported startup parameter") unless told to ignore it. The parameter only changes how
+/// floats are written as text, and no float is read as text here (binds and rows are binary).
+fn connect_options(dsn: &SqlDsn) -> Result<PgConnectOptions> {
+    let tls = tls_modes::tls_choice(&dsn.driver_url).map_err(|e| invalid_dsn(dsn, e))?;
+    let options = PgConnectOptions::from_str(&tls.url)
+        .map_err(|e| invalid_dsn(dsn, e))?
+        .extra_float_digits(None)
+        .disable_statement_logging();
+    Ok(match tls.mode {
+        Some(mode) => options.ssl_mode(mode.for_sqlx()),
+        None => session_defaults::plain_on_loopback(options, &tls.url),
+    })
+}
+
+fn server_of(options: &PgConnectOptions) -> ServerAddress {
+    ServerAddress {
+        host: options.get_host().to_owned(),
+        port: options.get_port(),
     }
 }
