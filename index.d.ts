@@ -400,3 +400,47 @@ export declare function dialectFromDsn(dsn: string): SqlDialect;
  * `rediss://`; throws `TransportConnectionError` for a DSN that is not a URL or has another scheme.
  */
 export declare function assertValidRedisDsn(dsn: string): void;
+
+/**
+ * The stable code every error raised by the transports' native side carries as `error.code`,
+ * beside the core's class: `E_CONNECTION` (`TransportConnectionError`: unreachable, refused,
+ * lost), `E_NOT_FOUND` (`TransportNotFoundError`: no table, stream or group), `E_INVALID_ARGUMENT`
+ * (`InvalidArgumentError`), `E_CLOSED` (the transport is closing or closed), `E_BACKLOG_FULL`
+ * (too much already waits to be written; nothing was stored) and `E_TRANSPORT` (any other
+ * `TransportError`).
+ */
+export type TransportErrorCode =
+  | 'E_CONNECTION'
+  | 'E_NOT_FOUND'
+  | 'E_INVALID_ARGUMENT'
+  | 'E_CLOSED'
+  | 'E_BACKLOG_FULL'
+  | 'E_TRANSPORT';
+
+/**
+ * `error.cause` when a driver, the server or the network reported the failure (absent for a
+ * failure of the transport's own: a bad option, a closed transport, a full backlog). Shaped as
+ * the Node drivers shape theirs: `code` is PostgreSQL's SQLSTATE (`42P01`, `28P01`) as pg
+ * gives it, mysql2's name (`ER_NO_SUCH_TABLE`, `ER_ACCESS_DENIED_ERROR`) with `errno` and
+ * `sqlState`, better-sqlite3's `SQLITE_*` name, the Redis reply's prefix (`NOGROUP`,
+ * `WRONGTYPE`, `WRONGPASS`, `NOAUTH`, `NOPERM`), or Node's socket code (`ECONNREFUSED`,
+ * `ECONNRESET`, `ETIMEDOUT` also when no connection or answer came within the bound,
+ * `ENOTFOUND`). `message` is the driver's own text, never holding a password.
+ */
+export interface TransportErrorCause extends Error {
+  readonly code?: string;
+  /** MySQL/MariaDB's error number. */
+  readonly errno?: number;
+  /** MySQL/MariaDB's SQLSTATE. */
+  readonly sqlState?: string;
+}
+
+/**
+ * What the errors thrown or rejected by this package's transports carry beyond the core's
+ * classes (`TransportError` and its subclasses, `InvalidArgumentError`): narrow a caught error
+ * to it by checking `code`.
+ */
+export interface TransportErrorDetails {
+  readonly code: TransportErrorCode;
+  readonly cause?: TransportErrorCause;
+}

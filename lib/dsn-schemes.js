@@ -1,6 +1,7 @@
 'use strict';
 
 const { TransportConnectionError } = require('@schally/nestjs-messenger');
+const { withCode } = require('./errors');
 
 /**
  * The DSN checks the upstream packages export (`dialectFromDsn` from the SQL transport,
@@ -26,7 +27,7 @@ function schemeOf(dsn, what) {
   try {
     return new URL(dsn).protocol;
   } catch {
-    throw new TransportConnectionError(`Invalid ${what} DSN: "${dsn}".`);
+    throw withCode(new TransportConnectionError(`Invalid ${what} DSN: "${dsn}".`), 'E_CONNECTION');
   }
 }
 
@@ -42,8 +43,11 @@ function dialectFromDsn(dsn) {
   const scheme = schemeOf(dsn, 'SQL');
   const dialect = SQL_DIALECT_OF_SCHEME.get(scheme);
   if (dialect === undefined) {
-    throw new TransportConnectionError(
-      `Unsupported SQL DSN scheme "${scheme}" in "${dsn}". Use postgres://, postgresql://, mysql:// or mariadb://.`,
+    throw withCode(
+      new TransportConnectionError(
+        `Unsupported SQL DSN scheme "${scheme}" in "${dsn}". Use postgres://, postgresql://, mysql:// or mariadb://.`,
+      ),
+      'E_CONNECTION',
     );
   }
   return dialect;
@@ -58,7 +62,10 @@ function dialectFromDsn(dsn) {
 function assertValidRedisDsn(dsn) {
   const scheme = schemeOf(dsn, 'Redis');
   if (!REDIS_SCHEMES.has(scheme)) {
-    throw new TransportConnectionError(`Unsupported Redis DSN scheme "${scheme}" in "${dsn}". Use redis:// or rediss://.`);
+    throw withCode(
+      new TransportConnectionError(`Unsupported Redis DSN scheme "${scheme}" in "${dsn}". Use redis:// or rediss://.`),
+      'E_CONNECTION',
+    );
   }
 }
 

@@ -6,9 +6,7 @@ const {
   TransportError,
   TransportNotFoundError,
 } = require('@schally/nestjs-messenger');
-
-/** Rust errors cross the boundary as `[E_CODE] message` (see src/error.rs). */
-const CODED_MESSAGE = /^\[(E_[A-Z_]+)\] ([\s\S]*)$/;
+const { envelopeOf, textOf } = require('./native-error');
 
 const CLASS_BY_CODE = {
   E_CONNECTION: TransportConnectionError,
@@ -20,20 +18,57 @@ const CLASS_BY_CODE = {
 };
 
 /**
+ * What the driver, the server or the network said, shaped as the Node drivers shape it: an
+ * Error whose `code` is pg's SQLSTATE, mysql2's `ER_*` (with `errno` and `sqlState`),
+ * better-sqlite3's `SQLITE_*`, the Redis reply's prefix or Node's socket code.
+ * @param {{ code?: string, message: string, errno?: number, sqlState?: string }} cause
+ */
+function driverError({ code, message, errno, sqlState }) {
+  const error = new Error(message);
+  if (code !== undefined) error.code = code;
+  if (errno !== undefined) error.errno = errno;
+  if (sqlState !== undefined) error.sqlState = sqlState;
+  return error;
+}
+
+/**
+ * Gives `error` our stable code as an own, enumerable property (as Node's errors carry theirs).
+ * @template {Error} E
+ * @param {E} error
+ * @param {string} code
+ * @returns {E}
+ */
+function withCode(error, code) {
+  error.code = code;
+  return error;
+}
+
+/**
+ * An `InvalidArgumentError` with its code, for the options and inputs the JavaScript side checks.
+ * @param {string} message
+ * @returns {Error}
+ */
+function invalidArgument(message) {
+  return withCode(new InvalidArgumentError(message), 'E_INVALID_ARGUMENT');
+}
+
+/**
  * Turns an error thrown by the native addon into the core's error class (built from the
- * app's own copy of the core, so `instanceof` works). The native error is kept as `cause`;
- * its message is the same already-redacted text.
+ * app's own copy of the core, so `instanceof` works), with our stable code as `code` and, when
+ * a driver, the server or the network reported the failure, that report as `cause`. A failure
+ * that did not come as an envelope keeps the native error as its cause.
  * @param {unknown} error
  * @returns {Error}
  */
 function fromNative(error) {
-  const text = typeof error?.message === 'string' ? error.message : String(error);
-  const coded = CODED_MESSAGE.exec(text);
-  if (coded === null) {
-    return new TransportError(`Native transport failure: ${text}`, { cause: error });
+  const text = textOf(error);
+  const envelope = envelopeOf(text);
+  if (envelope === undefined) {
+    return withCode(new TransportError(`Native transport failure: ${text}`, { cause: error }), 'E_TRANSPORT');
   }
-  const ErrorClass = CLASS_BY_CODE[coded[1]] ?? TransportError;
-  return new ErrorClass(coded[2], { cause: error });
+  const ErrorClass = CLASS_BY_CODE[envelope.code] ?? TransportError;
+  const options = envelope.cause === undefined ? undefined : { cause: driverError(envelope.cause) };
+  return withCode(new ErrorClass(envelope.message, options), envelope.code);
 }
 
 /**
@@ -64,4 +99,4 @@ function nativeSync(call) {
   }
 }
 
-module.exports = { fromNative, native, nativeSync };
+module.exports = { fromNative, invalidArgument, native, nativeSync, withCode };

@@ -1,6 +1,6 @@
 'use strict';
 
-const { InvalidArgumentError } = require('@schally/nestjs-messenger');
+const { invalidArgument } = require('./errors');
 
 /** How often events are pulled from the native side while nothing else pulls them. */
 const DRAIN_EVERY_MS = 500;
@@ -91,11 +91,11 @@ function loggerOf(options) {
   const { logger } = options;
   if (logger === undefined || logger === null) return undefined;
   if (typeof logger !== 'object' && typeof logger !== 'function') {
-    throw new InvalidArgumentError('logger must be an object with log, warn and error methods (a NestJS LoggerService).');
+    throw invalidArgument('logger must be an object with log, warn and error methods (a NestJS LoggerService).');
   }
   for (const method of ['log', 'warn', 'error']) {
     if (typeof logger[method] !== 'function') {
-      throw new InvalidArgumentError(`logger must be an object with log, warn and error methods (a NestJS LoggerService): ${method} is missing.`);
+      throw invalidArgument(`logger must be an object with log, warn and error methods (a NestJS LoggerService): ${method} is missing.`);
     }
   }
   return logger;

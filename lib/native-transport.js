@@ -6,7 +6,7 @@ const {
   TransportError,
   TransportMessageIdStamp,
 } = require('@schally/nestjs-messenger');
-const { native, nativeSync } = require('./errors');
+const { native, nativeSync, withCode } = require('./errors');
 const { SettleTracker } = require('./settle-tracker');
 const { SendPipe } = require('./send-pipe');
 const { encodeEnvelope, decodeStored } = require('./envelope-codec');
@@ -69,7 +69,7 @@ class NativeTransport {
   /** @param {import('@schally/nestjs-messenger').Envelope} envelope */
   async send(envelope) {
     if (this.#closing) {
-      throw new TransportError(`Cannot send on a ${this.#label} transport that is closing or closed.`);
+      throw withCode(new TransportError(`Cannot send on a ${this.#label} transport that is closing or closed.`), 'E_CLOSED');
     }
     const id = await this.#queueSend(envelope);
     return envelope.with(new TransportMessageIdStamp(id));
@@ -319,7 +319,7 @@ function typeOf(storedHeaders) {
 function messageIdOf(envelope) {
   const stamp = envelope.last(TransportMessageIdStamp);
   if (stamp === undefined) {
-    throw new TransportError('Cannot ack or reject an envelope without a TransportMessageIdStamp.');
+    throw withCode(new TransportError('Cannot ack or reject an envelope without a TransportMessageIdStamp.'), 'E_TRANSPORT');
   }
   return String(stamp.id);
 }

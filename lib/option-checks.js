@@ -1,6 +1,6 @@
 'use strict';
 
-const { InvalidArgumentError } = require('@schally/nestjs-messenger');
+const { invalidArgument } = require('./errors');
 
 const ACK_MODES = new Set(['write-behind', 'commit']);
 
@@ -8,7 +8,7 @@ const ACK_MODES = new Set(['write-behind', 'commit']);
 function nonNegativeNumber(options, defaults, key) {
   const value = options[key] ?? defaults[key];
   if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
-    throw new InvalidArgumentError(`Invalid ${key} ${String(value)}: expected a finite number >= 0.`);
+    throw invalidArgument(`Invalid ${key} ${String(value)}: expected a finite number >= 0.`);
   }
   return value;
 }
@@ -17,7 +17,7 @@ function nonNegativeNumber(options, defaults, key) {
 function positiveNumber(options, defaults, key) {
   const value = options[key] ?? defaults[key];
   if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
-    throw new InvalidArgumentError(`Invalid ${key} ${String(value)}: expected a finite number > 0.`);
+    throw invalidArgument(`Invalid ${key} ${String(value)}: expected a finite number > 0.`);
   }
   return value;
 }
@@ -37,7 +37,7 @@ function sendBacklogOf(options) {
   for (const key of Object.keys(SEND_BACKLOG_DEFAULTS)) {
     const value = options[key] ?? SEND_BACKLOG_DEFAULTS[key];
     if (!Number.isSafeInteger(value) || value < 1) {
-      throw new InvalidArgumentError(`Invalid ${key} ${String(value)}: expected a positive integer.`);
+      throw invalidArgument(`Invalid ${key} ${String(value)}: expected a positive integer.`);
     }
     backlog[key] = value;
   }
@@ -52,7 +52,7 @@ function sendBacklogOf(options) {
  */
 function wellFormed(value, what) {
   if (typeof value === 'string' && !value.isWellFormed()) {
-    throw new InvalidArgumentError(`Invalid ${what}: it holds a lone UTF-16 surrogate, which has no UTF-8 form and cannot be stored unchanged.`);
+    throw invalidArgument(`Invalid ${what}: it holds a lone UTF-16 surrogate, which has no UTF-8 form and cannot be stored unchanged.`);
   }
   return value;
 }
@@ -61,7 +61,7 @@ function wellFormed(value, what) {
 function ackModeOf(options) {
   const mode = options.ackMode ?? 'write-behind';
   if (!ACK_MODES.has(mode)) {
-    throw new InvalidArgumentError(`Invalid ackMode ${JSON.stringify(mode)}: expected 'write-behind' or 'commit'.`);
+    throw invalidArgument(`Invalid ackMode ${JSON.stringify(mode)}: expected 'write-behind' or 'commit'.`);
   }
   return mode;
 }

@@ -1,8 +1,7 @@
 'use strict';
 
-const { InvalidArgumentError } = require('@schally/nestjs-messenger');
 const { sqlOutboxStatement } = require('./native');
-const { nativeSync } = require('./errors');
+const { invalidArgument, nativeSync } = require('./errors');
 const { encodeEnvelope } = require('./envelope-codec');
 
 /**
@@ -40,7 +39,7 @@ class Outbox {
    */
   statement(envelope, { placeholders = 'native' } = {}) {
     if (placeholders !== 'native' && placeholders !== '?') {
-      throw new InvalidArgumentError(`Invalid placeholders ${JSON.stringify(placeholders)}: expected 'native' or '?'.`);
+      throw invalidArgument(`Invalid placeholders ${JSON.stringify(placeholders)}: expected 'native' or '?'.`);
     }
     const { body, headers, delayMs } = encodeEnvelope(this.#serializer, envelope);
     const value = {

@@ -1,7 +1,8 @@
 'use strict';
 
 const { randomUUID } = require('node:crypto');
-const { InvalidArgumentError, JsonSerializer } = require('@schally/nestjs-messenger');
+const { JsonSerializer } = require('@schally/nestjs-messenger');
+const { invalidArgument } = require('./errors');
 const { ackModeOf, nonNegativeNumber, positiveNumber, sendBacklogOf, wellFormed } = require('./option-checks');
 const { loggerOf } = require('./event-log');
 const { redisConnectionOf } = require('./redis-connection-options');
@@ -17,7 +18,7 @@ const DEFAULTS = Object.freeze({
 
 function nonEmptyString(value, key) {
   if (typeof value !== 'string' || value.length === 0) {
-    throw new InvalidArgumentError(`Invalid ${key} ${JSON.stringify(value)}: expected a non-empty string.`);
+    throw invalidArgument(`Invalid ${key} ${JSON.stringify(value)}: expected a non-empty string.`);
   }
   return wellFormed(value, key);
 }
@@ -28,12 +29,12 @@ function nonEmptyString(value, key) {
  */
 function resolveRedisOptions(options) {
   if (options === null || typeof options !== 'object') {
-    throw new InvalidArgumentError('RedisStreamsTransport options must be an object with a dsn and a stream.');
+    throw invalidArgument('RedisStreamsTransport options must be an object with a dsn and a stream.');
   }
   const stream = nonEmptyString(options.stream, 'stream');
   const readBatchSize = options.readBatchSize ?? DEFAULTS.readBatchSize;
   if (!Number.isInteger(readBatchSize) || readBatchSize < 1) {
-    throw new InvalidArgumentError(`Invalid readBatchSize ${String(readBatchSize)}: expected a positive integer.`);
+    throw invalidArgument(`Invalid readBatchSize ${String(readBatchSize)}: expected a positive integer.`);
   }
   const connection = redisConnectionOf(options);
   return {

@@ -1,9 +1,9 @@
 'use strict';
 
-const { InvalidArgumentError, JsonSerializer } = require('@schally/nestjs-messenger');
+const { JsonSerializer } = require('@schally/nestjs-messenger');
 const { ackModeOf, nonNegativeNumber, positiveNumber, sendBacklogOf, wellFormed } = require('./option-checks');
 const { checkSqlNames, sqlDialectOf } = require('./native');
-const { nativeSync } = require('./errors');
+const { invalidArgument, nativeSync } = require('./errors');
 const { loggerOf } = require('./event-log');
 
 /** Defaults, identical to `@schally/nestjs-messenger-transport-sql`'s. */
@@ -25,23 +25,23 @@ const DEFAULTS = Object.freeze({
  */
 function resolveSqlOptions(options) {
   if (options === null || typeof options !== 'object') {
-    throw new InvalidArgumentError('SqlTransport options must be an object with at least a dsn.');
+    throw invalidArgument('SqlTransport options must be an object with at least a dsn.');
   }
   const dsn = typeof options.dsn === 'string' ? options.dsn : '';
   const facts = nativeSync(() => sqlDialectOf(dsn));
   const queueName = options.queueName ?? DEFAULTS.queueName;
   if (typeof queueName !== 'string') {
-    throw new InvalidArgumentError(`Invalid queueName ${String(queueName)}: expected a string.`);
+    throw invalidArgument(`Invalid queueName ${String(queueName)}: expected a string.`);
   }
   const tableName = options.tableName ?? DEFAULTS.tableName;
   if (typeof tableName !== 'string') {
-    throw new InvalidArgumentError(`Invalid tableName ${String(tableName)}: expected a string.`);
+    throw invalidArgument(`Invalid tableName ${String(tableName)}: expected a string.`);
   }
   wellFormed(queueName, 'queueName');
   // The limits (identifier allowlist, VARCHAR(190)) are the native side's: one copy.
   nativeSync(() => checkSqlNames(tableName, queueName));
   if (!facts.pushWakeup && (options.useNotify !== undefined || options.getNotifyTimeoutMs !== undefined)) {
-    throw new InvalidArgumentError(
+    throw invalidArgument(
       `useNotify and getNotifyTimeoutMs apply only where the database can wake consumers (PostgreSQL); remove them for a ${facts.label} DSN.`,
     );
   }

@@ -1,7 +1,9 @@
 //! The one error type that crosses the boundary.
 //!
-//! Async napi functions can only reject with a generic status, so the stable code travels as a
-//! `[E_CODE] ` prefix of the message and `lib/errors.js` turns it back into the core's classes.
+//! Async napi functions can only reject with a generic status and a message, so an error
+//! crosses as a JSON envelope in the message (`{"code":"E_…","message":…,"cause":…}`) that
+//! `lib/errors.js` turns back into the core's classes: the stable code becomes `error.code`,
+//! the driver's own code and text become `error.cause`.
 
 use std::fmt;
 
@@ -37,6 +39,75 @@ impl ErrorKind {
     }
 }
 
+/// What the driver, the server or the network said, as the Node drivers an app would use
+/// instead name it (pg, mysql2, better-sqlite3, ioredis, Node's sockets), so that an app can
+/// branch on `error.cause.code` as it did with them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    /// `42P01`, `ER_NO_SUCH_TABLE`, `SQLITE_BUSY`, `NOGROUP`, `ECONNREFUSED`…; `None` when
+    /// the failure has no code of its own (a TLS failure, a MySQL error number mysql2 does
+    /// not name).
+    pub code: Option<String>,
+    /// The driver's own text, already safe to show.
+    pub message: String,
+    /// MySQL's error number.
+    pub errno: Option<u32>,
+    /// MySQL's SQLSTATE.
+    pub sql_state: Option<String>,
+}
+
+impl Cause {
+    pub fn new(code: Option<&str>, message: impl Into<String>) -> Self {
+        Self {
+            code: code.map(str::to_owned),
+            message: message.into(),
+            errno: None,
+            sql_state: None,
+        }
+    }
+
+    /// A socket failure with the code Node gives it (`ECONNREFUSED`, `ETIMEDOUT`…).
+    pub fn io(err: &std::io::Error) -> Self {
+        Self::new(io_code(err), err.to_string())
+    }
+
+    /// Nothing answered within a bound: `ETIMEDOUT`, as Node's drivers report a connect
+    /// timeout.
+    pub fn timed_out(message: impl Into<String>) -> Self {
+        Self::new(Some("ETIMEDOUT"), message)
+    }
+}
+
+/// The code Node gives a socket failure of this kind.
+pub fn io_code(err: &std::io::Error) -> Option<&'static str> {
+    use std::io::ErrorKind as K;
+    Some(match err.kind() {
+        K::ConnectionRefused => "ECONNREFUSED",
+        // A peer that closed the connection mid-answer: Node says the socket was reset.
+        K::ConnectionReset | K::UnexpectedEof => "ECONNRESET",
+        K::ConnectionAborted => "ECONNABORTED",
+        K::TimedOut => "ETIMEDOUT",
+        K::BrokenPipe => "EPIPE",
+        K::NotConnected => "ENOTCONN",
+        K::AddrNotAvailable => "EADDRNOTAVAIL",
+        K::HostUnreachable => "EHOSTUNREACH",
+        K::NetworkUnreachable => "ENETUNREACH",
+        K::PermissionDenied => "EACCES",
+        K::NotFound => "ENOENT",
+        // A failed name lookup has no kind of its own; getaddrinfo's text tells it.
+        _ => {
+            let text = err.to_string();
+            if text.contains("Temporary failure in name resolution") {
+                "EAI_AGAIN"
+            } else if text.contains("failed to lookup address") {
+                "ENOTFOUND"
+            } else {
+                return None;
+            }
+        }
+    })
+}
+
 /// A transport failure with a message that is already safe to show (no secrets).
 #[derive(Debug, Clone, thiserror::Error)]
 pub struct Error {
@@ -45,6 +116,9 @@ pub struct Error {
     /// A connection failure that trying again will not cure (refused credentials, unknown
     /// database): consumers surface it after a short bound instead of riding it out.
     pub persistent: bool,
+    /// What the driver, the server or the network said; `None` for a failure of our own
+    /// (a bad option, a closed transport, a full backlog).
+    pub cause: Option<Box<Cause>>,
 }
 
 impl fmt::Display for Error {
@@ -59,7 +133,14 @@ impl Error {
             kind,
             message: message.into(),
             persistent: false,
+            cause: None,
         }
+    }
+
+    /// Attaches what the driver, the server or the network said.
+    pub fn caused_by(mut self, cause: Cause) -> Self {
+        self.cause = Some(Box::new(cause));
+        self
     }
 
     /// Marks a failure that trying again will not cure.
@@ -97,6 +178,9 @@ impl Error {
     /// messages are not ours and could one day quote a connection string.
     pub fn redacted(mut self, secrets: &[String]) -> Self {
         self.message = redact(&self.message, secrets);
+        if let Some(cause) = self.cause.as_mut() {
+            cause.message = redact(&cause.message, secrets);
+        }
         self
     }
 }
@@ -115,9 +199,28 @@ pub fn redact(text: &str, secrets: &[String]) -> String {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    /// The message as it crosses the boundary: `[E_CODE] message`.
+    /// The message as it crosses the boundary: a JSON envelope `lib/errors.js` unpacks
+    /// (`{"code","message"}` and, when there is one, `"cause":{"code","message","errno","sqlState"}`,
+    /// absent fields left out).
     pub fn boundary_message(&self) -> String {
-        format!("[{}] {}", self.kind.code(), self.message)
+        let mut envelope = serde_json::Map::new();
+        envelope.insert("code".into(), self.kind.code().into());
+        envelope.insert("message".into(), self.message.clone().into());
+        if let Some(cause) = &self.cause {
+            let mut fields = serde_json::Map::new();
+            if let Some(code) = &cause.code {
+                fields.insert("code".into(), code.clone().into());
+            }
+            fields.insert("message".into(), cause.message.clone().into());
+            if let Some(errno) = cause.errno {
+                fields.insert("errno".into(), errno.into());
+            }
+            if let Some(sql_state) = &cause.sql_state {
+                fields.insert("sqlState".into(), sql_state.clone().into());
+            }
+            envelope.insert("cause".into(), fields.into());
+        }
+        serde_json::Value::Object(envelope).to_string()
     }
 }
 
@@ -154,10 +257,58 @@ mod tests {
     }
 
     #[test]
-    fn boundary_message_carries_code_prefix() {
+    fn boundary_message_carries_the_code_and_the_cause() {
         assert_eq!(
             Error::connection("down").boundary_message(),
-            "[E_CONNECTION] down"
+            r#"{"code":"E_CONNECTION","message":"down"}"#
         );
+        let mut cause = Cause::new(Some("ER_NO_SUCH_TABLE"), "Table 't' doesn't exist");
+        cause.errno = Some(1146);
+        cause.sql_state = Some("42S02".into());
+        let error = Error::new(ErrorKind::NotFound, "gone \"t\"").caused_by(cause);
+        let envelope: serde_json::Value =
+            serde_json::from_str(&error.boundary_message()).expect("JSON");
+        assert_eq!(
+            envelope,
+            serde_json::json!({
+                "code": "E_NOT_FOUND",
+                "message": "gone \"t\"",
+                "cause": {
+                    "code": "ER_NO_SUCH_TABLE",
+                    "message": "Table 't' doesn't exist",
+                    "errno": 1146,
+                    "sqlState": "42S02",
+                },
+            })
+        );
+    }
+
+    #[test]
+    fn redaction_reaches_the_cause() {
+        let error = Error::connection("no s3cr3t here")
+            .caused_by(Cause::new(Some("28P01"), "user with s3cr3t"))
+            .redacted(&["s3cr3t".to_owned()]);
+        assert_eq!(error.message, "no *** here");
+        assert_eq!(
+            error.cause.map(|c| c.message),
+            Some("user with ***".to_owned())
+        );
+    }
+
+    #[test]
+    fn socket_failures_get_node_codes() {
+        use std::io::{Error as IoError, ErrorKind as K};
+        let code = |kind| io_code(&IoError::from(kind));
+        assert_eq!(code(K::ConnectionRefused), Some("ECONNREFUSED"));
+        assert_eq!(code(K::ConnectionReset), Some("ECONNRESET"));
+        assert_eq!(code(K::TimedOut), Some("ETIMEDOUT"));
+        assert_eq!(code(K::BrokenPipe), Some("EPIPE"));
+        assert_eq!(
+            io_code(&IoError::other(
+                "failed to lookup address information: Name or service not known"
+            )),
+            Some("ENOTFOUND")
+        );
+        assert_eq!(io_code(&IoError::other("something else")), None);
     }
 }

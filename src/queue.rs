@@ -4,7 +4,7 @@
 
 use crate::batch::{Backlog, BatchBound, Coalescer, Waited};
 use crate::engine::{Engine, NewMessage, StoredMessage};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Cause, Error, ErrorKind, Result};
 use crate::fence::Fence;
 use crate::outage::Outage;
 use crate::prefetch::{Prefetch, PREFETCH_HOLD};
@@ -668,7 +668,11 @@ impl Queue {
             Waited::Unanswered => Err(Error::connection(format!(
                 "The ack got no answer from the server within {} ms (its delete may have been written).",
                 bound.as_millis()
-            ))),
+            ))
+            .caused_by(Cause::timed_out(format!(
+                "no answer within {} ms",
+                bound.as_millis()
+            )))),
         };
         if written.is_ok() {
             self.counters.acked();
@@ -745,10 +749,12 @@ impl Queue {
         match tokio::time::timeout(bound, self.setup.around(self.engine.count())).await {
             Ok(Ok(count)) => Ok((count, started.elapsed())),
             Ok(Err(err)) => self.observe(Err(err)),
-            Err(_) => self.observe(Err(Error::connection(format!(
-                "No answer within {} ms.",
-                bound.as_millis()
-            )))),
+            Err(_) => {
+                let detail = format!("No answer within {} ms.", bound.as_millis());
+                self.observe(Err(
+                    Error::connection(detail.clone()).caused_by(Cause::timed_out(detail))
+                ))
+            }
         }
     }
 

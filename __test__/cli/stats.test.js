@@ -152,6 +152,8 @@ describe.each(ENGINES)('stats on $name', (engine) => {
     expect(run.code).toBe(1);
     expect(run.stdout).toBe('');
     expect(run.stderr).toMatch(/^stats: .*(does not exist)/);
+    // The message alone, not the envelope it crossed from the native side in.
+    expect(run.stderr).not.toMatch(/^stats: [[{]/);
     if (engine.name === 'sqlite') expect(fs.existsSync(missing[1].slice('sqlite://'.length))).toBe(false);
     else expect(await engine.exists(missing)).toBe(false);
   });

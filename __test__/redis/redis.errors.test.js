@@ -102,6 +102,7 @@ describe(engine.auth.title, () => {
       const { error, elapsedMs } = await failure(() => t.send(envelopeOf('x')));
       expect(error).toBeInstanceOf(TransportConnectionError);
       expect(elapsedMs).toBeLessThan(2000);
+      expect(error.cause?.code).toBe('WRONGPASS');
       expectNoSecret(error, ...secrets);
     }
   });
@@ -111,6 +112,8 @@ describe(engine.auth.title, () => {
     const { error, elapsedMs } = await failure(() => t.send(envelopeOf('x')));
     expect(error).toBeInstanceOf(TransportConnectionError);
     expect(error.message).toMatch(/NOAUTH|auth/i);
+    expect(error.code).toBe('E_CONNECTION');
+    expect(error.cause?.code).toBe('NOAUTH');
     expect(elapsedMs).toBeLessThan(2000);
   });
 
@@ -183,6 +186,8 @@ describe('failed commands on a live server', () => {
       expect(error).not.toBeInstanceOf(TransportConnectionError);
       expect(error).not.toBeInstanceOf(TransportNotFoundError);
       expect(error.message).toMatch(/^Redis transport failed during "\w+": .*WRONGTYPE/);
+      expect({ name, code: error.code, causeCode: error.cause?.code }).toEqual({ name, code: 'E_TRANSPORT', causeCode: 'WRONGTYPE' });
+      expect(error.cause.message).toMatch(/^WRONGTYPE /);
     }
     expect(await redis.get(stream)).toBe('not a stream');
   });
@@ -251,6 +256,8 @@ describe('consumer group or stream vanishing under a live consumer', () => {
         expect(await settleWithin(first.done, 3000)).toEqual({ value: undefined });
         expect(first.error).toBeInstanceOf(TransportNotFoundError);
         expect(first.error.message).toMatch(/NOGROUP/);
+        expect(first.error.code).toBe('E_NOT_FOUND');
+        expect(first.error.cause?.code).toBe('NOGROUP');
 
         // Written by another producer meanwhile (the stream comes back without a group).
         const orphan = await xaddMessage(stream, 'meanwhile');

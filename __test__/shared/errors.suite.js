@@ -95,6 +95,8 @@ function errorsSuite(engine) {
           expect(error).toBeInstanceOf(TransportConnectionError);
           expect(elapsedMs).toBeLessThan(6000);
           expect(error.message).toMatch(new RegExp(`^${engine.errorLabel} transport failed during "\\w+": `));
+          expect(error.code).toBe('E_CONNECTION');
+          expect(error.cause?.code).toBe('ECONNREFUSED');
           expectNoSecret(error, SECRET);
           expect(await settleWithin(t.close(), 3000)).toEqual({ value: undefined });
         },
@@ -149,6 +151,7 @@ function errorsSuite(engine) {
           }
           expect({ dsn, name: error?.name }).toEqual({ dsn, name: 'TransportConnectionError' });
           expect(error).toBeInstanceOf(TransportConnectionError);
+          expect({ dsn, code: error.code, cause: error.cause }).toEqual({ dsn, code: 'E_CONNECTION', cause: undefined });
           expectNoSecret(error, SECRET);
         }
       });
@@ -179,6 +182,8 @@ function errorsSuite(engine) {
           expect(error).toBeInstanceOf(TransportConnectionError);
           expect(elapsedMs).toBeGreaterThanOrEqual(250);
           expect(elapsedMs).toBeLessThan(3000);
+          expect(error.code).toBe('E_CONNECTION');
+          expect(error.cause?.code).toBe('ETIMEDOUT');
           expectNoSecret(error, SECRET);
           expect(await settleWithin(t.close(), 3000)).toEqual({ value: undefined });
         });
@@ -219,6 +224,8 @@ function errorsSuite(engine) {
           expect(elapsedMs).toBeLessThan(engine.auth.failsWithinMs);
           expect(error.message).toMatch(new RegExp(`^${engine.errorLabel} transport failed during "\\w+": `));
           expect(error.message).toMatch(engine.auth.refusal);
+          expect(error.code).toBe('E_CONNECTION');
+          expect(error.cause).toMatchObject(engine.auth.cause);
           expectNoSecret(error, WRONG, RIGHT);
           expect(await settleWithin(t.close(), 3000)).toEqual({ value: undefined });
         },
@@ -306,6 +313,7 @@ function errorsSuite(engine) {
           expect(elapsedMs).toBeLessThan(6000);
           expect(error.message).toMatch(new RegExp(`^${engine.errorLabel} transport failed during "\\w+": `));
           expect(error.message).toMatch(engine.unknownDatabase);
+          expect(error.cause).toMatchObject(engine.unknownDatabaseCause);
           expect(await settleWithin(t.close(), 3000)).toEqual({ value: undefined });
         });
       });

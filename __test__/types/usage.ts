@@ -12,6 +12,8 @@ import {
   type SqlDialect,
   type OutboxStatement,
   type SqlTransportOptions,
+  type TransportErrorCode,
+  type TransportErrorDetails,
   type TransportHealth,
   type TransportStats,
 } from '../..';
@@ -228,6 +230,24 @@ function redisOptionsChecks(shared: RedisOptions, upstream: UpstreamRedisOptions
   return transports;
 }
 
+// Branching on a failed send: our stable code, then the driver's code on the cause.
+async function errorChecks(transport: SqlTransport): Promise<TransportErrorCode | undefined> {
+  try {
+    await transport.send(new Envelope({}));
+    return undefined;
+  } catch (caught) {
+    const error = caught as Error & TransportErrorDetails;
+    if (error.code === 'E_NOT_FOUND' && error.cause?.code === '42P01') await transport.setup();
+    const errno: number | undefined = error.cause?.errno;
+    const sqlState: string | undefined = error.cause?.sqlState;
+    void [errno, sqlState];
+    // @ts-expect-error not one of the stable codes
+    const unknown: TransportErrorCode = 'E_SOMETHING';
+    void unknown;
+    return error.code;
+  }
+}
+
 // A terminus health check over both transports (one shared type), on terminus 11 (with its
 // HealthIndicatorService) and on terminus 10 (without).
 async function terminusChecks(
@@ -268,4 +288,5 @@ export const checks = [
   capabilities,
   terminusChecks,
   redisOptionsChecks,
+  errorChecks,
 ] as const;

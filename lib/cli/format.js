@@ -3,10 +3,12 @@
 // What the CLI prints: the doctor's lines, the stats table and the rates between samples.
 // Pure functions of their input (no I/O), so the layout is one place.
 
-/** `[E_CODE] message` (see src/error.rs) without its code. */
+const { envelopeOf, textOf } = require('../native-error');
+
+/** What a native failure says (the message of its envelope, see lib/native-error.js). */
 function messageOf(error) {
-  const text = typeof error?.message === 'string' ? error.message : String(error);
-  return text.replace(/^\[E_[A-Z_]+\] /, '');
+  const text = textOf(error);
+  return envelopeOf(text)?.message ?? text;
 }
 
 /**

@@ -4,7 +4,7 @@
 //! are opened without being created and with `query_only`, so nothing here can change them.
 
 use crate::dsn::SqlDsn;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Cause, Error, ErrorKind, Result};
 use crate::redis::connection::{Conn, ConnectOptions as RedisConnectOptions, Target};
 use crate::sql::sqlite::{parse_sqlite_location, SqliteLocation};
 use crate::sql::SqlDialect;
@@ -42,10 +42,10 @@ pub async fn bounded<T, E>(
     match tokio::time::timeout(bound, fut).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(err)) => Err(describe(err)),
-        Err(_) => Err(Error::connection(format!(
-            "{what}: no answer within {} ms",
-            bound.as_millis()
-        ))),
+        Err(_) => {
+            let detail = format!("no answer within {} ms", bound.as_millis());
+            Err(Error::connection(format!("{what}: {detail}")).caused_by(Cause::timed_out(detail)))
+        }
     }
 }
 
@@ -60,7 +60,9 @@ pub fn sql_error<D: SqlDialect>(what: &str, err: sqlx::Error, secrets: &[String]
         | sqlx::Error::PoolClosed => (ErrorKind::Connection, err.to_string()),
         other => (ErrorKind::Transport, other.to_string()),
     };
-    Error::new(kind, format!("{what}: {detail}")).redacted(secrets)
+    Error::new(kind, format!("{what}: {detail}"))
+        .caused_by(D::cause(&err))
+        .redacted(secrets)
 }
 
 /// A server dialect's direct connection (the transport's probe options) and its pool (the
@@ -178,7 +180,9 @@ pub fn redis_error(what: &str, err: &redis::RedisError, secrets: &[String]) -> E
     } else {
         ErrorKind::Transport
     };
-    Error::new(kind, format!("{what}: {err}")).redacted(secrets)
+    Error::new(kind, format!("{what}: {err}"))
+        .caused_by(crate::redis::errors::cause(err))
+        .redacted(secrets)
 }
 
 /// Runs one Redis command, bounded.

@@ -8,7 +8,7 @@ use super::resp::{self, Reply};
 use super::writes::SendBatch;
 use crate::direct_sends::{DirectWire, Outcome, Resend};
 use crate::engine::NewMessage;
-use crate::error::{Error, Result};
+use crate::error::{Cause, Error, Result};
 use futures_util::future::BoxFuture;
 use redis::ConnectionAddr;
 use std::sync::Arc;
@@ -150,10 +150,15 @@ impl DirectWire for RedisWire {
                 Ok(Err(e)) => Err(Error::connection(format!(
                     "Redis transport could not open its send connection: {e}"
                 ))
+                .caused_by(Cause::io(&e))
                 .redacted(&secrets)),
                 Err(_) => Err(Error::connection(
                     "Redis transport could not open its send connection in time",
-                )),
+                )
+                .caused_by(Cause::timed_out(format!(
+                    "no answer within {} ms",
+                    timeout.as_millis()
+                )))),
             }
         })
     }

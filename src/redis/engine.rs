@@ -385,10 +385,14 @@ impl Engine for RedisQueue {
     }
 
     fn unanswered_send(&self) -> crate::error::Error {
-        crate::error::Error::connection(format!(
-            "Redis transport failed during \"send\": no reply from the server within {} ms (the message may have been stored; not sent again)",
+        let detail = format!(
+            "no reply from the server within {} ms",
             self.send_bound().as_millis()
+        );
+        crate::error::Error::connection(format!(
+            "Redis transport failed during \"send\": {detail} (the message may have been stored; not sent again)"
         ))
+        .caused_by(crate::error::Cause::timed_out(detail))
     }
 
     fn list(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {

@@ -1,13 +1,15 @@
 //! What a Redis failure means here, and which failures a consumer rides out. A reply or
 //! connection error becomes the crate's error with a stable kind (missing group: NotFound;
 //! unreachable, refused, timed out, dropped, refused credentials, cluster trouble: Connection;
-//! the rest: Transport), its message names the operation and never holds a DSN secret.
+//! the rest: Transport), its message names the operation and never holds a DSN secret, and
+//! its cause names the failure as ioredis would have (the reply's prefix, Node's socket code).
 //! Invariant: only a consumer that has reached the server once waits out connection failures,
 //! and a write is repeated only after a connection failure, once.
 
 use super::engine::{RedisQueue, RedisShared};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Cause, Error, ErrorKind, Result};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Pause after a connection failure of a live consumer before it tries again.
@@ -32,6 +34,51 @@ pub(super) fn classify(err: &redis::RedisError) -> ErrorKind {
     }
 }
 
+/// What the server or the network said: a reply error's prefix as `code` (`NOGROUP`,
+/// `WRONGTYPE`, `NOAUTH`, `NOPERM`, `MOVED`, `CROSSSLOT`…) with the reply's text as ioredis
+/// shows it, a socket failure with Node's code, and refused credentials as `WRONGPASS` (the
+/// server's answer to AUTH; the client library keeps only that it was a refusal).
+pub(crate) fn cause(err: &redis::RedisError) -> Cause {
+    if err.kind() == redis::ErrorKind::AuthenticationFailed {
+        return Cause::new(Some("WRONGPASS"), err.to_string());
+    }
+    let first_reply = err
+        .clone()
+        .into_server_errors()
+        .and_then(|errors| errors.first().map(|(_, reply)| reply.clone()));
+    if let Some(reply) = first_reply {
+        let text = match reply.details() {
+            Some(details) => format!("{} {details}", reply.code()),
+            None => reply.code().to_owned(),
+        };
+        return Cause::new(Some(reply.code()), text);
+    }
+    if let Some(io) = io_error_of(err) {
+        return Cause::io(io);
+    }
+    let code = if err.is_connection_refusal() {
+        Some("ECONNREFUSED")
+    } else if err.is_timeout() {
+        Some("ETIMEDOUT")
+    } else if err.is_connection_dropped() {
+        Some("ECONNRESET")
+    } else {
+        None
+    };
+    Cause::new(code, err.to_string())
+}
+
+/// The socket failure behind a Redis error, if that is what it is.
+fn io_error_of(err: &redis::RedisError) -> Option<&std::io::Error> {
+    let source = std::error::Error::source(err)?;
+    // The library keeps it behind an `Arc<dyn Error>`, which is what `source` hands out.
+    source.downcast_ref::<std::io::Error>().or_else(|| {
+        source
+            .downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>()?
+            .downcast_ref::<std::io::Error>()
+    })
+}
+
 /// Refused credentials, or a database number the server does not have: trying again will
 /// not cure them.
 fn is_refusal(err: &redis::RedisError) -> bool {
@@ -52,6 +99,7 @@ impl RedisShared {
             classify(err),
             format!("Redis transport failed during \"{op}\": {err}"),
         )
+        .caused_by(cause(err))
         .redacted(&self.secrets);
         if is_refusal(err) {
             error.persistent()
@@ -61,10 +109,12 @@ impl RedisShared {
     }
 
     pub(super) fn no_answer(&self, op: &str) -> Error {
-        Error::connection(format!(
-            "Redis transport failed during \"{op}\": no answer from the server within {} ms",
+        let detail = format!(
+            "no answer from the server within {} ms",
             self.connect_timeout.as_millis()
-        ))
+        );
+        Error::connection(format!("Redis transport failed during \"{op}\": {detail}"))
+            .caused_by(Cause::timed_out(detail))
     }
 }
 
@@ -121,5 +171,34 @@ impl RedisQueue {
             }
             other => other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causes_are_named_as_ioredis_and_node_name_them() {
+        let nogroup = redis::make_extension_error(
+            "NOGROUP".into(),
+            Some("No such key 's' or consumer group 'g'".into()),
+        );
+        let named = cause(&nogroup);
+        assert_eq!(named.code.as_deref(), Some("NOGROUP"));
+        assert_eq!(
+            named.message,
+            "NOGROUP No such key 's' or consumer group 'g'"
+        );
+
+        let refused =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(cause(&refused).code.as_deref(), Some("ECONNREFUSED"));
+
+        let auth = redis::RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        ));
+        assert_eq!(cause(&auth).code.as_deref(), Some("WRONGPASS"));
     }
 }

@@ -15,7 +15,7 @@ pub mod connection;
 mod delivered;
 mod direct;
 mod engine;
-mod errors;
+pub(crate) mod errors;
 mod reads;
 mod replies;
 mod resp;

@@ -140,6 +140,15 @@ pub trait SqlDialect: Sized + Send + Sync + 'static {
     /// A server error in the dialect's words (with its code).
     fn describe(err: &dyn DatabaseError) -> String;
 
+    /// A server error as the dialect's Node driver names it (pg's SQLSTATE, mysql2's `ER_*`
+    /// with errno and SQLSTATE, better-sqlite3's `SQLITE_*`).
+    fn database_cause(err: &dyn DatabaseError) -> crate::error::Cause;
+
+    /// Any driver error as the dialect's Node driver would have named it.
+    fn cause(err: &sqlx::Error) -> crate::error::Cause {
+        super::errors::cause_with(err, Self::database_cause)
+    }
+
     /// Hands a queue's counters to what the dialect runs for many queues (PostgreSQL's LISTEN
     /// connection), so a logger hears when it is lost and back.
     fn watch(_queue: &TableQueue<Self>, _counters: &Arc<crate::stats::Counters>) {}

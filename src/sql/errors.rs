@@ -1,8 +1,10 @@
 //! One shared kind for every dialect's driver errors: each dialect classifies its own codes
-//! into a [`Failure`], and one function builds the user-facing error from it (with secrets
-//! scrubbed), so every dialect reports alike.
+//! into a [`Failure`] and names them as its Node driver does (the error's [`Cause`]), and one
+//! function builds the user-facing error from both (with secrets scrubbed), so every dialect
+//! reports alike.
 
-use crate::error::{Error, ErrorKind};
+use crate::error::{Cause, Error, ErrorKind};
+use sqlx::error::DatabaseError;
 use std::time::Duration;
 
 /// How a dialect classifies a driver error.
@@ -35,12 +37,29 @@ pub fn classify_with(
     }
 }
 
-/// Builds the user-facing error `<Dialect> transport failed during "<op>": <driver message>`.
+/// What a driver error says, as the dialect's Node driver would have named it: a server
+/// error in the dialect's words, a socket failure with Node's code, a pool that gave no
+/// connection in time as `ETIMEDOUT`; other driver failures with their text and no code.
+pub fn cause_with(
+    err: &sqlx::Error,
+    database_cause: impl Fn(&dyn DatabaseError) -> Cause,
+) -> Cause {
+    match err {
+        sqlx::Error::Database(db) => database_cause(db.as_ref()),
+        sqlx::Error::Io(io) => Cause::io(io),
+        sqlx::Error::PoolTimedOut => Cause::timed_out(err.to_string()),
+        other => Cause::new(None, other.to_string()),
+    }
+}
+
+/// Builds the user-facing error `<Dialect> transport failed during "<op>": <driver message>`,
+/// with the driver's own words as its cause.
 pub fn driver_error(
     label: &str,
     op: &str,
     failure: Failure,
     detail: &str,
+    cause: Cause,
     secrets: &[String],
 ) -> Error {
     let kind = match failure {
@@ -52,6 +71,7 @@ pub fn driver_error(
         kind,
         format!("{label} transport failed during \"{op}\": {detail}"),
     )
+    .caused_by(cause)
     .redacted(secrets);
     if failure == Failure::Refused {
         error.persistent()
@@ -77,16 +97,12 @@ pub fn outcome_unknown(err: &sqlx::Error, failure: Failure) -> bool {
 
 /// The error for a server that accepted no connection within the connect timeout.
 pub fn no_answer(label: &str, op: &str, timeout: Duration, secrets: &[String]) -> Error {
-    driver_error(
-        label,
-        op,
-        Failure::Connection,
-        &format!(
-            "no answer from the server within {} ms",
-            timeout.as_millis()
-        ),
-        secrets,
-    )
+    let detail = format!(
+        "no answer from the server within {} ms",
+        timeout.as_millis()
+    );
+    let cause = Cause::timed_out(detail.clone());
+    driver_error(label, op, Failure::Connection, &detail, cause, secrets)
 }
 
 #[cfg(test)]
@@ -106,5 +122,24 @@ mod tests {
             classify_with(&sqlx::Error::RowNotFound, never),
             Failure::Other
         );
+    }
+
+    #[test]
+    fn failures_below_the_database_are_named_as_node_names_them() {
+        let never = |_: &dyn DatabaseError| -> Cause { unreachable!("no server error here") };
+        let refused = sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(
+            cause_with(&refused, never).code.as_deref(),
+            Some("ECONNREFUSED")
+        );
+        assert_eq!(
+            cause_with(&sqlx::Error::PoolTimedOut, never)
+                .code
+                .as_deref(),
+            Some("ETIMEDOUT")
+        );
+        let other = cause_with(&sqlx::Error::RowNotFound, never);
+        assert_eq!(other.code, None);
+        assert!(!other.message.is_empty());
     }
 }

@@ -12,7 +12,7 @@ use super::retry::with_transient_retry;
 use super::target::SqlTarget;
 use crate::dsn::SqlDsn;
 use crate::engine::{Engine, Held, NewMessage, StoredMessage};
-use crate::error::{Error, Result};
+use crate::error::{Cause, Error, Result};
 use crate::wake::{WaitOutcome, WakeSignal};
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
@@ -87,11 +87,15 @@ impl<D: SqlDialect> TableQueue<D> {
                 let unknown = what.map_or(String::new(), |what| {
                     format!(" ({what} may have been stored; not sent again)")
                 });
-                Err(Error::connection(format!(
-                    "{} transport failed during \"{op}\": no reply from the server within {} ms{unknown}",
-                    D::FACTS.label,
+                let detail = format!(
+                    "no reply from the server within {} ms",
                     self.response_bound().as_millis()
-                )))
+                );
+                Err(Error::connection(format!(
+                    "{} transport failed during \"{op}\": {detail}{unknown}",
+                    D::FACTS.label,
+                ))
+                .caused_by(Cause::timed_out(detail)))
             }
         }
     }
@@ -269,11 +273,15 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
     }
 
     fn unanswered_send(&self) -> Error {
-        Error::connection(format!(
-            "{} transport failed during \"send\": no reply from the server within {} ms (the message may have been stored; not sent again)",
-            D::FACTS.label,
+        let detail = format!(
+            "no reply from the server within {} ms",
             self.send_bound().as_millis()
+        );
+        Error::connection(format!(
+            "{} transport failed during \"send\": {detail} (the message may have been stored; not sent again)",
+            D::FACTS.label,
         ))
+        .caused_by(Cause::timed_out(detail))
     }
 
     fn claim_lease(&self) -> Duration {

@@ -231,7 +231,14 @@ impl<D: SqlDialect> SqlTarget<D> {
             sqlx::Error::Database(db) => D::describe(db.as_ref()),
             other => other.to_string(),
         };
-        driver_error(D::FACTS.label, op, D::classify(err), &detail, &self.secrets)
+        driver_error(
+            D::FACTS.label,
+            op,
+            D::classify(err),
+            &detail,
+            D::cause(err),
+            &self.secrets,
+        )
     }
 }
 

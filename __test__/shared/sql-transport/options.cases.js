@@ -141,6 +141,9 @@ function optionsCases(ctx) {
       expect(error).toBeInstanceOf(MessengerError);
       expect(error).not.toBeInstanceOf(TransportError);
       expect(error.message).toMatch(/table ?name/i);
+      // A failure of the transport's own: its stable code, no driver cause.
+      expect(error.code).toBe('E_INVALID_ARGUMENT');
+      expect(error.cause).toBeUndefined();
     });
 
     it(titles('tableNameBounds', 'creates and uses tables with the longest and the shortest valid names'), async () => {
@@ -204,6 +207,7 @@ function optionsCases(ctx) {
       const error = throwsSync(() => new SqlTransport({ dsn: DSN, [option]: value }));
       expect(error).toBeInstanceOf(InvalidArgumentError);
       expect(error.message).toContain(option);
+      expect(error.code).toBe('E_INVALID_ARGUMENT');
     });
 
     it('rejects options that are not an object as InvalidArgumentError', () => {
@@ -258,6 +262,7 @@ function optionsCases(ctx) {
       const error = await rejectionOf(t.send(envelopeOf('late')));
       expect(error).toBeInstanceOf(TransportError);
       expect(error.message).toBe(CLOSED);
+      expect(error.code).toBe('E_CLOSED');
       expect(await settledRows(TABLE, lastQueue(), 0)).toHaveLength(0);
       const reader = transport({ queueName: lastQueue() });
       expect(await collect(reader.list())).toEqual([]);
@@ -271,6 +276,7 @@ function optionsCases(ctx) {
       const error = await rejectionOf(t.send(envelopeOf('late')));
       expect(error).toBeInstanceOf(TransportError);
       expect(error.message).toBe(CLOSED);
+      expect(error.code).toBe('E_CLOSED');
       expect(await settleWithin(closing, 200)).toBe('timeout');
       await t.ack(received);
       expect(await settleWithin(closing, 3000)).toEqual({ value: undefined });

@@ -28,6 +28,11 @@ function schemaCases(ctx) {
       expect(sendError).toBeInstanceOf(TransportNotFoundError);
       expect(sendError.message).toMatch(new RegExp(`^${engine.errorLabel} transport failed during "send": `));
       expect(sendError.message).toContain(table);
+      // Our code as a property, the driver's (pg's SQLSTATE, mysql2's name, better-sqlite3's) on the cause.
+      expect(sendError.code).toBe('E_NOT_FOUND');
+      expect(sendError.cause).toBeInstanceOf(Error);
+      expect(sendError.cause).toMatchObject(engine.missingTableCause);
+      expect(sendError.cause.message).not.toMatch(/transport failed during/);
 
       const getError = await rejectionOf(t.get(new AbortController().signal).next());
       expect(getError).toBeInstanceOf(TransportNotFoundError);

@@ -245,10 +245,14 @@ const mysql = {
   rawPasswordDsn: (user, rawPassword, port) => `mysql://${user}:${rawPassword}@127.0.0.1:${port}/test`,
   malformedDsns: (secret) => [`mysql://root:${secret}@[bad/test`, `mariadb://root:${secret}@host:99999999/test`],
   unknownDatabase: /unknown database/i,
+  /** `error.cause` as mysql2 shapes it: the symbolic name as `code`, with `errno` and `sqlState`. */
+  unknownDatabaseCause: { code: 'ER_BAD_DB_ERROR', errno: 1049, sqlState: '42000' },
+  missingTableCause: { code: 'ER_NO_SUCH_TABLE', errno: 1146, sqlState: '42S02' },
   auth: {
     title: 'password authentication',
     failsWithinMs: 6000,
     refusal: /access denied/i,
+    cause: { code: 'ER_ACCESS_DENIED_ERROR', errno: 1045, sqlState: '28000' },
     /**
      * A user of its own (unique per run, so parallel files and earlier runs cannot interfere)
      * whose password is `password`, allowed on the test database from every loopback host form.

@@ -287,10 +287,14 @@ const postgres = {
   malformedDsns: (secret) => [`postgres://postgres:${secret}@[bad/test`, `postgres://postgres:${secret}@host:99999999/test`],
   /** What the error says for a database that does not exist. */
   unknownDatabase: /does not exist/i,
+  /** `error.cause` as pg shapes it: the SQLSTATE as `code`. */
+  unknownDatabaseCause: { code: '3D000' },
+  missingTableCause: { code: '42P01' },
   auth: {
     title: 'password authentication (throwaway SCRAM cluster)',
     failsWithinMs: 6000,
     refusal: /authentication/i,
+    cause: { code: '28P01' },
     /** A throwaway cluster whose superuser must authenticate with `password` (SCRAM). */
     async start(password) {
       const cluster = await startPasswordCluster({ password });

@@ -39,6 +39,8 @@ const redis = {
     title: 'password authentication (throwaway redis-server with requirepass)',
     failsWithinMs: 2000,
     refusal: /auth|password|WRONGPASS/i,
+    /** `error.cause`: the server's reply prefix as `code`. */
+    cause: { code: 'WRONGPASS' },
     /** A throwaway redis-server with requirepass `password`. */
     async start(password) {
       const server = await startRedisServer({ args: ['--requirepass', password] });

@@ -114,6 +114,8 @@ const sqlite = {
   removeTarget: async () => {},
   operations: () => transportOperations(),
   errorLabel: 'SQLite',
+  /** `error.cause` as better-sqlite3 shapes it: the result code's name as `code`. */
+  missingTableCause: { code: 'SQLITE_ERROR' },
   requireServer: async () => {},
   rawAccess: () => engine.hasCli(),
   /** A private file for one test file. */

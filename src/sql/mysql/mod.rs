@@ -146,6 +146,10 @@ impl SqlDialect for MySql {
         errors::describe(err)
     }
 
+    fn database_cause(err: &dyn DatabaseError) -> crate::error::Cause {
+        errors::cause(err)
+    }
+
     fn check_message(queue: &TableQueue<Self>, message: &NewMessage) -> Result<()> {
         // The server's limit is known once it answered; before that, the batch check decides.
         if queue.target.reached() {

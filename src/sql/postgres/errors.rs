@@ -1,5 +1,6 @@
 //! PostgreSQL's driver errors in the shared [`Failure`] kinds, by SQLSTATE.
 
+use crate::error::Cause;
 use crate::sql::errors::Failure;
 use sqlx::error::DatabaseError;
 
@@ -15,6 +16,11 @@ pub fn classify_database(db: &dyn DatabaseError) -> Failure {
         Some(code) if code.starts_with("08") || code.starts_with("57P") => Failure::Connection,
         _ => Failure::Other,
     }
+}
+
+/// As pg gives it: the SQLSTATE as `code`, the server's message.
+pub fn cause(db: &dyn DatabaseError) -> Cause {
+    Cause::new(db.code().as_deref(), db.message())
 }
 
 /// The server's message with its SQLSTATE. A prepared statement found missing (26000) or

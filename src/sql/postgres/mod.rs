@@ -147,6 +147,10 @@ impl SqlDialect for Postgres {
         errors::describe(err)
     }
 
+    fn database_cause(err: &dyn DatabaseError) -> crate::error::Cause {
+        errors::cause(err)
+    }
+
     /// PostgreSQL text cannot hold NUL: such a message is refused alone, before it is queued,
     /// instead of failing every send it would be written with.
     fn check_message(_queue: &TableQueue<Self>, message: &NewMessage) -> Result<()> {

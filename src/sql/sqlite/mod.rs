@@ -121,6 +121,10 @@ impl SqlDialect for Sqlite {
         errors::describe(err)
     }
 
+    fn database_cause(err: &dyn DatabaseError) -> crate::error::Cause {
+        errors::cause(err)
+    }
+
     /// One write transaction for the batch.
     fn insert(
         queue: &TableQueue<Self>,
