@@ -6,7 +6,7 @@
 // is dropped in silence. A value the DSN contradicts is refused too (ioredis would drop it).
 
 const { isIP } = require('node:net');
-const { InvalidArgumentError } = require('@schally/nestjs-messenger');
+const { invalidArgument } = require('./errors');
 const { wellFormed } = require('./option-checks');
 
 const PRODUCT = 'nestjs-messenger-native';
@@ -91,11 +91,11 @@ const REFUSED = new Map([
 const TLS_KEYS = new Set(['ca', 'cert', 'key', 'servername', 'rejectUnauthorized']);
 
 function refuse(key, why) {
-  return new InvalidArgumentError(`redisOptions.${key} is not supported by ${PRODUCT}: ${why}.`);
+  return invalidArgument(`redisOptions.${key} is not supported by ${PRODUCT}: ${why}.`);
 }
 
 function invalid(key, expected) {
-  return new InvalidArgumentError(`Invalid redisOptions.${key}: expected ${expected}.`);
+  return invalidArgument(`Invalid redisOptions.${key}: expected ${expected}.`);
 }
 
 /** Set: given a value other than `undefined` (ioredis fills in only keys left undefined). */
@@ -161,7 +161,7 @@ function tlsOf(tls, dsn) {
   }
   const { ca, cert, key, servername, rejectUnauthorized } = tls;
   if (present(cert) !== present(key)) {
-    throw new InvalidArgumentError('Invalid redisOptions.tls: a client certificate needs both tls.cert and tls.key.');
+    throw invalidArgument('Invalid redisOptions.tls: a client certificate needs both tls.cert and tls.key.');
   }
   if (present(rejectUnauthorized) && typeof rejectUnauthorized !== 'boolean') {
     throw invalid('tls.rejectUnauthorized', 'a boolean');
@@ -191,7 +191,7 @@ function settingOf(redisOptions, dsn, key, check) {
   if (same) return undefined;
   // Never a secret in the message: credentials are named, not shown.
   const shown = key === 'password' || key === 'username' ? '' : ` (${JSON.stringify(value)}, the DSN's ${JSON.stringify(dsn[key])})`;
-  throw new InvalidArgumentError(
+  throw invalidArgument(
     `redisOptions.${key} differs from the DSN's${shown}: ioredis uses the DSN's and drops redisOptions.${key}; give it in one place.`,
   );
 }
@@ -214,7 +214,7 @@ const isIntegerIn = (key, min, max) => (value) => {
 function redisConnectionOf(options) {
   const redisOptions = options.redisOptions ?? {};
   if (typeof redisOptions !== 'object' || Array.isArray(redisOptions)) {
-    throw new InvalidArgumentError('Invalid redisOptions: expected an object of ioredis options.');
+    throw invalidArgument('Invalid redisOptions: expected an object of ioredis options.');
   }
   for (const [key, value] of Object.entries(redisOptions)) {
     if (!given(value) || HONOURED.has(key) || NO_EFFECT.has(key)) continue;
@@ -254,7 +254,7 @@ function redisConnectionOf(options) {
       throw invalid('connectTimeout', 'a finite number > 0 (ms)');
     }
     if (given(connectTimeoutMs) && connectTimeoutMs !== connectTimeout) {
-      throw new InvalidArgumentError(
+      throw invalidArgument(
         `redisOptions.connectTimeout (${connectTimeout}) differs from connectTimeoutMs (${String(connectTimeoutMs)}): give one of them.`,
       );
     }

@@ -47,10 +47,10 @@ function resolveSqlOptions(options) {
   }
   const listenDsn = options.listenDsn;
   if (listenDsn !== undefined && (typeof listenDsn !== 'string' || listenDsn === '')) {
-    throw new InvalidArgumentError('Invalid listenDsn: expected a PostgreSQL DSN (a non-empty string).');
+    throw invalidArgument('Invalid listenDsn: expected a PostgreSQL DSN (a non-empty string).');
   }
   if (listenDsn !== undefined && !facts.pushWakeup) {
-    throw new InvalidArgumentError(`listenDsn applies only to PostgreSQL; remove it for a ${facts.label} DSN.`);
+    throw invalidArgument(`listenDsn applies only to PostgreSQL; remove it for a ${facts.label} DSN.`);
   }
   return {
     dialect: facts.dialect,

@@ -1,6 +1,6 @@
 'use strict';
 
-const { InvalidArgumentError } = require('@schally/nestjs-messenger');
+const { invalidArgument } = require('./errors');
 
 /**
  * A `@nestjs/terminus` health indicator for any of the package's transports (anything with
@@ -21,7 +21,7 @@ class TransportHealthIndicator {
    */
   constructor(healthIndicatorService) {
     if (healthIndicatorService !== undefined && typeof healthIndicatorService?.check !== 'function') {
-      throw new InvalidArgumentError("TransportHealthIndicator takes @nestjs/terminus's HealthIndicatorService (11 and later), or nothing (10).");
+      throw invalidArgument("TransportHealthIndicator takes @nestjs/terminus's HealthIndicatorService (11 and later), or nothing (10).");
     }
     this.#indicators = healthIndicatorService;
   }
@@ -33,9 +33,9 @@ class TransportHealthIndicator {
    * @param {{ timeoutMs?: number }} [options] passed to `health()`
    */
   async isHealthy(key, transport, options = {}) {
-    if (typeof key !== 'string' || key === '') throw new InvalidArgumentError('The health indicator key must be a non-empty string.');
+    if (typeof key !== 'string' || key === '') throw invalidArgument('The health indicator key must be a non-empty string.');
     if (typeof transport?.health !== 'function') {
-      throw new InvalidArgumentError('TransportHealthIndicator checks a transport of this package (one with health()).');
+      throw invalidArgument('TransportHealthIndicator checks a transport of this package (one with health()).');
     }
     const { status, details } = await transport.health(options);
     if (this.#indicators !== undefined) {
