@@ -324,6 +324,9 @@ impl Queue {
         let started = Instant::now();
         // A failure is left for the next fill to meet and report.
         if let Ok(rows) = self.setup.around(self.engine.claim(limit)).await {
+            if rows.is_empty() {
+                self.counters.claimed_nothing();
+            }
             self.hand_over(rows, limit, Some(started.elapsed()));
         }
     }
@@ -402,7 +405,10 @@ impl Queue {
                         }
                         return Ok(true);
                     }
-                    Ok(_) => Ok(()),
+                    Ok(_) => {
+                        self.counters.claimed_nothing();
+                        Ok(())
+                    }
                     Err(err) => Err(err),
                 }
             };
@@ -719,6 +725,7 @@ impl Queue {
                 .failing_for()
                 .map(|d| d.as_secs_f64() * 1000.0),
             stale_settles: self.fence.stale_settles(),
+            shared_polls: self.engine.shared_polls(),
             ..counters
         }
     }
