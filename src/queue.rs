@@ -416,6 +416,13 @@ impl Queue {
                 self.ride_out(&mut outage, err, &mut riding, cancel).await?;
                 continue;
             }
+            if std::mem::take(&mut riding) {
+                // The claim was answered: the server is back. Said now, not after the idle
+                // wait that follows, which lasts while nothing comes (a shared poll's does).
+                self.contacted.store(true, Ordering::Release);
+                self.reconnected();
+                outage = Outage::default();
+            }
             match self.setup.around(self.engine.idle(seen, cancel)).await {
                 Ok(WaitOutcome::Cancelled) => return Ok(false),
                 // Buffered like a claim's rows, even when `cancel` fired meanwhile (the loop

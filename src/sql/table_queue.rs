@@ -279,9 +279,11 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
     }
 
     fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>> {
+        // The send wakes the queue for its due messages; the soonest delayed one is expected.
         let soonest = messages
             .iter()
             .map(|m| m.delay_ms)
+            .filter(|&delay| delay > 0.0)
             .fold(f64::INFINITY, f64::min);
         Box::pin(self.bounded("send", Some("the messages"), async move {
             self.ready("send").await?;
