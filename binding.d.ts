@@ -165,6 +165,8 @@ export interface NativeStats {
   sent: number
   claims: number
   claimed: number
+  emptyClaims: number
+  sharedPolls: number
   acked: number
   rejected: number
   lastClaimSize: number

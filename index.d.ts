@@ -94,6 +94,14 @@ export interface TransportStats {
   /** Claims that returned messages, and how many messages they returned in all. */
   readonly claims: number;
   readonly claimed: number;
+  /** Claims that found nothing to take. */
+  readonly emptyClaims: number;
+  /**
+   * Polls this process ran for the idle consumers of this transport's table on its DSN
+   * (MySQL/MariaDB, SQLite): one statement per `pollIntervalMs` answers for every queue of the
+   * table, however many idle. 0 on PostgreSQL and Redis, whose idle consumers do not poll.
+   */
+  readonly sharedPolls: number;
   /** Messages acked (write-behind: recorded), poison removals included. */
   readonly acked: number;
   /** Messages rejected (sent back for redelivery). */

@@ -20,6 +20,8 @@ const ZERO = {
   sent: 0,
   claims: 0,
   claimed: 0,
+  emptyClaims: 0,
+  sharedPolls: 0,
   acked: 0,
   rejected: 0,
   poisonRemoved: 0,

@@ -270,6 +270,8 @@ class NativeTransport {
       sent: s.sent,
       claims: s.claims,
       claimed: s.claimed,
+      emptyClaims: s.emptyClaims,
+      sharedPolls: s.sharedPolls,
       acked: s.acked,
       rejected: s.rejected,
       poisonRemoved: this.#poisonRemoved,

@@ -69,6 +69,11 @@ pub trait Engine: Send + Sync {
     /// Hands the engine its queue's counters, for what it rides out by itself (a Redis
     /// consumer's failed reads); engines that surface every failure ignore them.
     fn attach_counters(&self, _counters: Arc<crate::stats::Counters>) {}
+    /// Polls this process ran for the idle consumers of this queue's table, shared by every
+    /// queue of it (0 where idle consumers wait without polling).
+    fn shared_polls(&self) -> u64 {
+        0
+    }
     /// Creates what the queue needs (table and index, consumer group) if missing.
     fn setup(&self) -> BoxFuture<'_, Result<()>>;
     /// Refuses, before it is queued, a message the storage is known to be unable to take, so

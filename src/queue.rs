@@ -324,6 +324,9 @@ impl Queue {
         let started = Instant::now();
         // A failure is left for the next fill to meet and report.
         if let Ok(rows) = self.setup.around(self.engine.claim(limit)).await {
+            if rows.is_empty() {
+                self.counters.claimed_nothing();
+            }
             self.hand_over(rows, limit, Some(started.elapsed()));
         }
     }
@@ -402,13 +405,23 @@ impl Queue {
                         }
                         return Ok(true);
                     }
-                    Ok(_) => Ok(()),
+                    Ok(_) => {
+                        self.counters.claimed_nothing();
+                        Ok(())
+                    }
                     Err(err) => Err(err),
                 }
             };
             if let Err(err) = claimed {
                 self.ride_out(&mut outage, err, &mut riding, cancel).await?;
                 continue;
+            }
+            if std::mem::take(&mut riding) {
+                // The claim was answered: the server is back. Said now, not after the idle
+                // wait that follows, which lasts while nothing comes (a shared poll's does).
+                self.contacted.store(true, Ordering::Release);
+                self.reconnected();
+                outage = Outage::default();
             }
             match self.setup.around(self.engine.idle(seen, cancel)).await {
                 Ok(WaitOutcome::Cancelled) => return Ok(false),
@@ -723,6 +736,7 @@ impl Queue {
                 .failing_for()
                 .map(|d| d.as_secs_f64() * 1000.0),
             stale_settles: self.fence.stale_settles(),
+            shared_polls: self.engine.shared_polls(),
             ..counters
         }
     }

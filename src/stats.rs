@@ -43,6 +43,7 @@ pub struct Counters {
     sent: AtomicU64,
     claims: AtomicU64,
     claimed: AtomicU64,
+    empty_claims: AtomicU64,
     acked: AtomicU64,
     rejected: AtomicU64,
     reconnects: AtomicU64,
@@ -72,6 +73,11 @@ pub struct Snapshot {
     /// Claims that returned rows, and the rows they returned.
     pub claims: u64,
     pub claimed: u64,
+    /// Claims that found nothing to take (an idle consumer's wasted round trips).
+    pub empty_claims: u64,
+    /// Polls this process ran for the idle consumers of the queue's table (one answers for
+    /// every queue of it; 0 where idle consumers wait without polling).
+    pub shared_polls: u64,
     pub acked: u64,
     pub rejected: u64,
     /// The last claim that returned rows: how many, and how long its statement took (0 ms
@@ -100,6 +106,10 @@ impl Counters {
         self.last_claim_size.store(count as u64, Relaxed);
         let micros = took.map_or(0, |d| d.as_micros().min(u128::from(u64::MAX)) as u64);
         self.last_claim_micros.store(micros, Relaxed);
+    }
+
+    pub fn claimed_nothing(&self) {
+        self.empty_claims.fetch_add(1, Relaxed);
     }
 
     pub fn acked(&self) {
@@ -167,6 +177,7 @@ impl Counters {
             sent: self.sent.load(Relaxed),
             claims: self.claims.load(Relaxed),
             claimed: self.claimed.load(Relaxed),
+            empty_claims: self.empty_claims.load(Relaxed),
             acked: self.acked.load(Relaxed),
             rejected: self.rejected.load(Relaxed),
             last_claim_size: self.last_claim_size.load(Relaxed),

@@ -40,6 +40,8 @@ pub struct DialectFacts {
     pub label: &'static str,
     /// Idle consumers can be woken by the database itself (PostgreSQL LISTEN/NOTIFY).
     pub push_wakeup: bool,
+    /// Idle consumers of a table share one poll per interval ([`SqlDialect::due_by_queue`]).
+    pub shared_poll: bool,
     /// A server is contacted (an embedded database has nothing to probe).
     pub has_server: bool,
 }
@@ -128,6 +130,13 @@ pub trait SqlDialect: Sized + Send + Sync + 'static {
 
     /// The statements of one table (already allowlisted).
     fn statements(table: &str, notify: bool) -> (TableStatements, Self::Statements);
+
+    /// With [`DialectFacts::shared_poll`]: the one statement that tells, for each of `queues`
+    /// (a non-empty list) that has rows in `table`, when its next row is due, as
+    /// `(queue_name, free_ms, held_ms)` rows (see [`super::driver::DueRow`]).
+    fn due_by_queue(_table: &str, _queues: &[&str]) -> String {
+        String::new()
+    }
 
     /// A server error in the shared kinds, by the dialect's own codes.
     fn classify_database(err: &dyn DatabaseError) -> Failure;

@@ -35,6 +35,16 @@ pub enum Param<'a> {
     Int(i64),
 }
 
+/// One queue's answer to a table's shared poll (see `super::table_poller`): milliseconds from
+/// the server's now to its earliest unclaimed row's `available_at`, and to its earliest claimed
+/// row's claim (negative: in the past), each `None` when it has no such row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DueRow {
+    pub queue: String,
+    pub free_ms: Option<f64>,
+    pub held_ms: Option<f64>,
+}
+
 /// The rows a statement changed, read from each driver's own result type.
 pub trait RowsAffected {
     fn rows(&self) -> u64;
@@ -90,6 +100,13 @@ pub trait Driver: Database + HasStatementCache {
 
     /// Rows of `(id, token)`: the claims a renewal renewed, with their new tokens.
     fn fetch_held(pool: &Pool<Self>, sql: String) -> BoxFuture<'_, SqlResult<Vec<Held>>>;
+
+    /// Rows of `(queue_name, free_ms, held_ms)` from statement text with its values inlined,
+    /// on `conn` (the text varies with the queues polled: it is not kept prepared).
+    fn fetch_due<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c str,
+    ) -> BoxFuture<'c, SqlResult<Vec<DueRow>>>;
 
     /// Runs statement text with nothing bound (inlined integer id lists, or a script of
     /// several statements).
@@ -196,6 +213,24 @@ where
                     Ok(Held {
                         id: row.try_get("id")?,
                         token: Some(Self::token_of(row)?),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn fetch_due<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c str,
+    ) -> BoxFuture<'c, SqlResult<Vec<DueRow>>> {
+        Box::pin(async move {
+            let rows = conn.fetch_all(sqlx::raw_sql(sql)).await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(DueRow {
+                        queue: row.try_get("queue_name")?,
+                        free_ms: row.try_get("free_ms")?,
+                        held_ms: row.try_get("held_ms")?,
                     })
                 })
                 .collect()

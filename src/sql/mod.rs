@@ -14,6 +14,7 @@ mod errors;
 mod ids;
 mod kept_connection;
 mod retry;
+mod table_poller;
 mod table_queue;
 mod target;
 

@@ -9,6 +9,7 @@ use super::driver::{Driver, Param, SqlResult};
 use super::errors::outcome_unknown;
 use super::ids::{held_condition, held_rows, row_id, HeldRow};
 use super::retry::with_transient_retry;
+use super::table_poller::{self, IdleQueue};
 use super::target::SqlTarget;
 use crate::dsn::SqlDsn;
 use crate::engine::{Engine, Held, NewMessage, StoredMessage};
@@ -16,7 +17,7 @@ use crate::error::{Cause, Error, Result};
 use crate::wake::{WaitOutcome, WakeSignal};
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// The options a table queue needs besides its DSN.
@@ -172,6 +173,9 @@ impl<D: SqlDialect> TableQueue<D> {
         } else {
             self.config.poll_interval
         };
+        if D::FACTS.shared_poll && cap > MIN_IDLE_WAIT {
+            return Ok(self.wait_for_shared_poll(seen, cancel).await);
+        }
         let timeout = if cap <= MIN_IDLE_WAIT {
             cap
         } else {
@@ -190,18 +194,61 @@ impl<D: SqlDialect> TableQueue<D> {
         };
         Ok(self.wake.wait(seen, timeout, cancel).await)
     }
+
+    /// Waits for a wake-up: a send, release or reject in this process, or the table's shared
+    /// poll (rows stored by other processes, delayed rows coming due, lapsed claims). The
+    /// consumer runs no statement of its own while that poll answers; when it stops answering
+    /// (a failed poll also wakes every consumer at once) the wait ends at its cap, and the
+    /// consumer claims as it would after any wake-up.
+    async fn wait_for_shared_poll(&self, seen: u64, cancel: &CancellationToken) -> WaitOutcome {
+        let interval = self.config.poll_interval;
+        let watch = table_poller::watch(
+            &self.target,
+            &self.config.table,
+            IdleQueue {
+                queue: self.config.queue.clone(),
+                interval,
+                lease: self.claim_lease(),
+            },
+        );
+        let cap = (interval * 10)
+            .clamp(MIN_SHARED_POLL_CAP, MAX_SHARED_POLL_CAP)
+            .max(interval * 2);
+        loop {
+            match self.wake.wait(seen, cap, cancel).await {
+                WaitOutcome::TimedOut if watch.fresh(cap) => continue,
+                outcome => return outcome,
+            }
+        }
+    }
+
+    /// A row this queue stored becomes due in `delay_ms`: the table's poll wakes the queue's
+    /// idle consumers then (a due row is woken for by the send itself).
+    fn expect_due(&self, delay_ms: f64) {
+        if D::FACTS.shared_poll && delay_ms > 0.0 && delay_ms.is_finite() {
+            let at = Instant::now() + crate::durations::millis(delay_ms);
+            self.target
+                .pollers
+                .expect(&self.config.table, &self.config.queue, at);
+        }
+    }
 }
 
 /// How long a statement may take past the connect timeout (which bounds getting a
 /// connection) before it is given up: a silent server (a network blackhole, a half-open
 /// socket) must not hold a send, a claim, a release or `close()` for ever.
-const STATEMENT_BOUND: Duration = Duration::from_secs(10);
+pub(super) const STATEMENT_BOUND: Duration = Duration::from_secs(10);
 
 /// How long `close()` tries to release the rows of claims whose reply was lost.
 const SHUTDOWN_RELEASE_BOUND: Duration = Duration::from_secs(2);
 
 /// Shortest idle wait: due rows that SKIP LOCKED skipped are re-tried this soon.
 const MIN_IDLE_WAIT: Duration = Duration::from_millis(10);
+
+/// Bounds of an idle wait on a shared poll (ten intervals within these): past it, a consumer
+/// whose table's poll has not answered for as long claims on its own.
+const MIN_SHARED_POLL_CAP: Duration = Duration::from_secs(1);
+const MAX_SHARED_POLL_CAP: Duration = Duration::from_secs(30);
 
 impl<D: SqlDialect> Engine for TableQueue<D> {
     fn wake_signal(&self) -> Arc<WakeSignal> {
@@ -210,6 +257,10 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
 
     fn attach_counters(&self, counters: Arc<crate::stats::Counters>) {
         D::watch(self, &counters);
+    }
+
+    fn shared_polls(&self) -> u64 {
+        self.target.pollers.polls(&self.config.table)
     }
 
     fn setup(&self) -> BoxFuture<'_, Result<()>> {
@@ -232,9 +283,17 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
     }
 
     fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>> {
+        // The send wakes the queue for its due messages; the soonest delayed one is expected.
+        let soonest = messages
+            .iter()
+            .map(|m| m.delay_ms)
+            .filter(|&delay| delay > 0.0)
+            .fold(f64::INFINITY, f64::min);
         Box::pin(self.bounded("send", Some("the messages"), async move {
             self.ready("send").await?;
-            D::insert(self, messages).await
+            let ids = D::insert(self, messages).await?;
+            self.expect_due(soonest);
+            Ok(ids)
         }))
     }
 
@@ -323,12 +382,17 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             let Some(id) = row_id(&held.id) else {
                 return Ok(None);
             };
-            self.bounded("reject", None, async {
-                with_transient_retry(D::classify, || D::redeliver(self, id, held.token, &copy))
-                    .await
-                    .map_err(|e| self.err("reject", e))
-            })
-            .await
+            let copied = self
+                .bounded("reject", None, async {
+                    with_transient_retry(D::classify, || D::redeliver(self, id, held.token, &copy))
+                        .await
+                        .map_err(|e| self.err("reject", e))
+                })
+                .await?;
+            if copied.is_some() {
+                self.expect_due(copy.delay_ms);
+            }
+            Ok(copied)
         })
     }
 

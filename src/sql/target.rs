@@ -8,6 +8,7 @@ use super::driver::{Runner, SqlResult};
 use super::errors::Failure;
 use super::errors::{driver_error, no_answer, outcome_unknown};
 use super::kept_connection::KeptConnection;
+use super::table_poller::TablePollers;
 use crate::dsn::SqlDsn;
 use crate::error::{Error, Result};
 use crate::targets::FirstContact;
@@ -44,6 +45,8 @@ pub struct SqlTarget<D: SqlDialect> {
     pub connect_timeout: Duration,
     pub secrets: Vec<String>,
     pub board: Arc<WakeBoard>,
+    /// The shared polls of idle consumers, one per table (dialects without push wake-ups).
+    pub pollers: TablePollers,
     first_contact: FirstContact,
     /// When a statement last failed on a connection (pooled ones may be dead since).
     connection_failed_at: Mutex<Option<Instant>>,
@@ -77,6 +80,7 @@ impl<D: SqlDialect> SqlTarget<D> {
                 connect_timeout,
                 secrets: dsn.secrets.clone(),
                 board,
+                pollers: TablePollers::default(),
                 first_contact: FirstContact::default(),
                 connection_failed_at: Mutex::new(None),
                 recent_claims: RecentClaims::default(),
@@ -91,6 +95,7 @@ impl<D: SqlDialect> SqlTarget<D> {
     /// Called once by a closing queue; the last one out closes the target.
     pub async fn leave(self: &Arc<Self>) {
         if D::targets().leave(&self.key, self) {
+            self.pollers.stop.cancel();
             D::close_target(self).await;
             self.claim_connection.give_back();
             self.ack_connection.give_back();

@@ -58,6 +58,7 @@ impl SqlDialect for MySql {
         name: "mysql",
         label: "MySQL",
         push_wakeup: false,
+        shared_poll: true,
         has_server: true,
     };
     const TOKEN_OF: &'static str = statements::TOKEN_OF;
@@ -136,6 +137,10 @@ impl SqlDialect for MySql {
 
     fn statements(table: &str, _notify: bool) -> (TableStatements, MySqlStatements) {
         statements::statements(table)
+    }
+
+    fn due_by_queue(table: &str, queues: &[&str]) -> String {
+        statements::due_by_queue(table, queues)
     }
 
     fn classify_database(err: &dyn DatabaseError) -> Failure {

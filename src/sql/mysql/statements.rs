@@ -107,6 +107,21 @@ fn utf8mb4_literal(text: &str) -> String {
     literal
 }
 
+/// The shared poll of table `t` for `queues` (see `crate::sql::table_poller`): per queue with
+/// rows, ms to its earliest unclaimed row and to its earliest claim. The names are inlined as
+/// literals (the IN list serves from the claim index); the text varies with the queues, so it
+/// goes as plain text, never prepared.
+pub fn due_by_queue(t: &str, queues: &[&str]) -> String {
+    let names: Vec<String> = queues.iter().map(|q| utf8mb4_literal(q)).collect();
+    format!(
+        "SELECT queue_name, \
+           TIMESTAMPDIFF(MICROSECOND, NOW(3), MIN(CASE WHEN delivered_at IS NULL THEN available_at END)) / 1000e0 AS free_ms, \
+           TIMESTAMPDIFF(MICROSECOND, NOW(3), MIN(CASE WHEN delivered_at IS NOT NULL THEN GREATEST(available_at, delivered_at) END)) / 1000e0 AS held_ms \
+         FROM {t} WHERE queue_name IN ({}) GROUP BY queue_name",
+        names.join(", ")
+    )
+}
+
 pub fn statements(t: &str) -> (TableStatements, MySqlStatements) {
     let claimable = "queue_name = ? AND available_at <= NOW(3) \
          AND (delivered_at IS NULL OR delivered_at < NOW(3) - INTERVAL ? SECOND)";
@@ -213,6 +228,15 @@ mod tests {
         assert_eq!(utf8mb4_literal("default"), "_utf8mb4 X'64656661756C74'");
         assert_eq!(utf8mb4_literal("a'\\"), "_utf8mb4 X'61275C'");
         assert_eq!(utf8mb4_literal("é"), "_utf8mb4 X'C3A9'");
+    }
+
+    #[test]
+    fn the_shared_poll_names_every_queue_once_as_a_literal() {
+        let sql = due_by_queue("t", &["a", "it's"]);
+        assert!(
+            sql.ends_with("FROM t WHERE queue_name IN (_utf8mb4 X'61', _utf8mb4 X'69742773') GROUP BY queue_name"),
+            "{sql}"
+        );
     }
 
     #[test]

@@ -59,6 +59,7 @@ impl SqlDialect for Postgres {
         name: "postgres",
         label: "PostgreSQL",
         push_wakeup: true,
+        shared_poll: false,
         has_server: true,
     };
     const TOKEN_OF: &'static str = statements::TOKEN_OF;

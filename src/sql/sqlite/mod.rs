@@ -44,6 +44,7 @@ impl SqlDialect for Sqlite {
         name: "sqlite",
         label: "SQLite",
         push_wakeup: false,
+        shared_poll: true,
         has_server: false,
     };
     const TOKEN_OF: &'static str = statements::TOKEN_OF;
@@ -111,6 +112,10 @@ impl SqlDialect for Sqlite {
 
     fn statements(table: &str, _notify: bool) -> (TableStatements, SqliteStatements) {
         statements::statements(table)
+    }
+
+    fn due_by_queue(table: &str, queues: &[&str]) -> String {
+        statements::due_by_queue(table, queues)
     }
 
     fn classify_database(err: &dyn DatabaseError) -> Failure {

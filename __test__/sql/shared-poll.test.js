@@ -1,0 +1,192 @@
+'use strict';
+
+// Idle cost on the engines without push wake-ups (MySQL/MariaDB, SQLite): the idle consumers of
+// one table in a process share one poll per pollIntervalMs, whatever the number of queues
+// (docs/operations.md, "Idle cost"). Counted, not timed: the transports' stats (sharedPolls,
+// emptyClaims) and, on MariaDB, every packet the process sent, at a proxy in front of the
+// server. Rows another process writes still reach the consumer of their queue and no other: at
+// once when due, when their delay has passed, and when a crashed consumer's lease runs out.
+
+const { JsonSerializer } = require('@schally/nestjs-messenger');
+const { mysql, sqlite, uniqueName } = require('../support/engines');
+const { CORE, runChild } = require('../support/child');
+const { startProxy, viaProxy } = require('../faults/support/proxy');
+const { pollUntil, settleWithin } = require('../support/transport-helpers');
+
+const QUEUES = 60;
+const POLL_MS = 100;
+/** How long the idle process is watched: 20 poll intervals. */
+const IDLE_MS = 2000;
+/** "Delivered at all", not a speed: far above the poll interval. */
+const DELIVERY_BOUND_MS = 5000;
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The message class of this file and of its child processes (PRELUDE's `M`). */
+class M {
+  constructor(id) {
+    this.id = id;
+  }
+}
+
+/**
+ * Runs `body` (an async function's statements, with `t` a transport on the queue) in another
+ * node process, which stores what it sends with a pool and wake-ups of its own. It must exit
+ * cleanly, or, with `crashes`, be killed (SIGKILL) by its own body.
+ */
+function inAnotherProcess(dsn, target, body, { extra = {}, crashes = false } = {}) {
+  const script = `
+    const { DelayStamp } = require(${JSON.stringify(CORE)});
+    (async () => {
+      const t = new Transport(transportOptions(${JSON.stringify(extra)}));
+      ${body}
+    })().catch((error) => { console.error(error); process.exit(1); });
+  `;
+  const child = runChild(script, { env: { DSN: dsn, TARGET: JSON.stringify(target) }, timeout: 20000 });
+  const ended = crashes ? child.signal === 'SIGKILL' : child.status === 0;
+  if (!ended) throw new Error(`child failed (${child.status ?? child.signal}): ${child.stderr}`);
+  return child;
+}
+
+describe.each([mysql, sqlite])('$name: one poll per table serves every idle queue', (engine) => {
+  const tableName = uniqueName('shared_poll');
+  /** The DSN other processes use (the consumers' goes through the proxy on MariaDB). */
+  let directDsn;
+  let dsn;
+  let proxy;
+  const transports = [];
+  /** Queue name → envelopes its consumer received. */
+  const received = new Map();
+  const loops = [];
+
+  function consume(queueName, options = {}) {
+    const t = new engine.Transport({
+      dsn,
+      tableName,
+      queueName,
+      pollIntervalMs: POLL_MS,
+      serializer: new JsonSerializer([M]),
+      ...options,
+    });
+    transports.push(t);
+    received.set(queueName, []);
+    const controller = new AbortController();
+    const done = (async () => {
+      for await (const envelope of t.get(controller.signal)) {
+        received.get(queueName).push(envelope);
+        await t.ack(envelope);
+      }
+    })();
+    loops.push({ controller, done });
+    return t;
+  }
+
+  const deliveries = () => [...received.values()].reduce((n, list) => n + list.length, 0);
+  const queueNames = () => [...received.keys()];
+
+  /** Sums over the idle consumers, and the table's poll count (every transport shows it). */
+  function idleFigures() {
+    const stats = transports.map((t) => t.stats());
+    return {
+      emptyClaims: stats.reduce((n, s) => n + s.emptyClaims, 0),
+      sharedPolls: stats[0].sharedPolls,
+      packets: proxy?.packets.seen ?? 0,
+    };
+  }
+
+  beforeAll(async () => {
+    await engine.requireServer();
+    if (engine.name === 'mysql') {
+      directDsn = engine.dsn;
+      proxy = await startProxy({ targetPort: Number(new URL(directDsn).port) });
+      proxy.packets = proxy.count(() => true);
+      dsn = viaProxy(directDsn, proxy);
+    } else {
+      directDsn = engine.runDsn('nmn-shared-poll');
+      dsn = directDsn;
+    }
+    for (let i = 0; i < QUEUES; i += 1) consume(`q${i}`);
+    // Idle: each consumer claimed once and found nothing.
+    const idle = await pollUntil(() => transports.every((t) => t.stats().emptyClaims >= 1), { timeoutMs: 20000 });
+    if (!idle) throw new Error('the consumers did not all make their first claim within 20 s');
+  }, 60000);
+
+  afterAll(async () => {
+    for (const { controller } of loops) controller.abort();
+    await Promise.all(loops.map(({ done }) => settleWithin(done, 5000).catch(() => {})));
+    await Promise.all(transports.map((t) => settleWithin(t.close(), 5000).catch(() => {})));
+    if (engine.name === 'mysql') {
+      await engine.admin(directDsn).query(`DROP TABLE IF EXISTS ${tableName}`);
+      await proxy?.close();
+    } else {
+      engine.removeRunDsn(directDsn);
+    }
+  }, 60000);
+
+  it(`${QUEUES} idle queues cost one poll per interval, not one (or two) per queue`, async () => {
+    await sleep(3 * POLL_MS);
+    const before = idleFigures();
+    await sleep(IDLE_MS);
+    const after = idleFigures();
+    const intervals = IDLE_MS / POLL_MS;
+
+    const polls = after.sharedPolls - before.sharedPolls;
+    expect(polls).toBeGreaterThanOrEqual(1);
+    expect(polls).toBeLessThanOrEqual(intervals + 5);
+    // Polling on their own, the consumers made one empty claim each per interval: QUEUES × 20.
+    expect(after.emptyClaims - before.emptyClaims).toBeLessThan(QUEUES);
+    if (proxy) {
+      // Everything the process sent the server: a poll per interval (each perhaps after a
+      // ping of the connection it got); a poll per queue was ≥ 2 × QUEUES × 20 packets.
+      expect(after.packets - before.packets).toBeLessThanOrEqual(2 * intervals + 10);
+    }
+    expect(deliveries()).toBe(0);
+  }, 20000);
+
+  it("a row another process stores wakes its queue's consumer and no other", async () => {
+    const queueName = queueNames()[7];
+    inAnotherProcess(directDsn, { tableName, queueName }, `
+      await t.send(new Envelope(new M('from-another-process')));
+      await t.close();
+    `);
+    const arrived = await pollUntil(() => received.get(queueName).length === 1, { timeoutMs: DELIVERY_BOUND_MS });
+    expect(arrived).toBe(true);
+    expect(received.get(queueName)[0].message).toEqual(new M('from-another-process'));
+    await sleep(3 * POLL_MS);
+    expect(deliveries()).toBe(1);
+  }, 30000);
+
+  it('a delayed row another process stores is delivered once its delay has passed', async () => {
+    const queueName = queueNames()[23];
+    const before = deliveries();
+    inAnotherProcess(directDsn, { tableName, queueName }, `
+      await t.send(new Envelope(new M('delayed'), [new DelayStamp(1500)]));
+      await t.close();
+    `);
+    const arrived = await pollUntil(() => received.get(queueName).length === 1, {
+      timeoutMs: 1500 + DELIVERY_BOUND_MS,
+    });
+    expect(arrived).toBe(true);
+    expect(received.get(queueName)[0].message).toEqual(new M('delayed'));
+    expect(deliveries()).toBe(before + 1);
+  }, 30000);
+
+  it("a crashed consumer's message is delivered to an idle consumer when its lease runs out", async () => {
+    const queueName = `crashed_${uniqueName('q')}`;
+    // The other process claims the message and dies holding it.
+    const child = inAnotherProcess(directDsn, { tableName, queueName }, `
+      await t.send(new Envelope(new M('held-by-the-dead')));
+      const { value } = await t.get(new AbortController().signal).next();
+      process.stdout.write(value.message.id);
+      process.kill(process.pid, 'SIGKILL');
+    `, { extra: { redeliverTimeoutSeconds: 1 }, crashes: true });
+    expect(child.stdout).toBe('held-by-the-dead');
+    consume(queueName, { redeliverTimeoutSeconds: 1 });
+    const arrived = await pollUntil(() => received.get(queueName).length === 1, {
+      timeoutMs: 1000 + DELIVERY_BOUND_MS,
+    });
+    expect(arrived).toBe(true);
+    expect(received.get(queueName)[0].message).toEqual(new M('held-by-the-dead'));
+  }, 30000);
+});
+
