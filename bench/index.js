@@ -78,7 +78,9 @@ async function main() {
         // Side by side where the upstream TypeScript transport exists for the engine.
         const impls = ENGINES[engine].upstream ? ['native', 'upstream'] : ['native'];
         for (const impl of impls) {
-          const result = runOne({ engine, impl, ...run });
+          const { upstreamN, ...job } = run;
+          const n = impl === 'upstream' && upstreamN !== undefined ? upstreamN : job.n;
+          const result = runOne({ engine, impl, ...job, n });
           ran(`round ${round} ${engine} ${key} ${impl}`, result);
           if (result === undefined) continue;
           ((results[engine][key] ??= {})[impl] ??= []).push(result);
