@@ -7,6 +7,7 @@ const path = require('node:path');
 const { execFile } = require('node:child_process');
 const { queueStats } = require('../../binding.js');
 const { redactDsn } = require('../../lib/cli/redact-dsn');
+const { envelopeOf } = require('../../lib/native-error');
 
 jest.setTimeout(30000);
 
@@ -22,8 +23,10 @@ async function shownByAddon(dsn) {
     },
     (e) => e,
   );
-  const shown = /DSN: "(.*)"\.$/.exec(error.message) ?? /connect to (.*?): /.exec(error.message);
-  if (shown === null) throw new Error(`no DSN in ${error.message}`);
+  // The binding's errors carry their text in an envelope (lib/native-error.js).
+  const message = envelopeOf(error.message)?.message ?? error.message;
+  const shown = /DSN: "(.*)"\.$/.exec(message) ?? /connect to (.*?): /.exec(message);
+  if (shown === null) throw new Error(`no DSN in ${message}`);
   return shown[1];
 }
 
