@@ -10,20 +10,10 @@ const os = require('node:os');
 const path = require('node:path');
 const { spawn, spawnSync } = require('node:child_process');
 const { freePort } = require('./ports');
+const { killedAtExit } = require('./killed-at-exit');
 const { waitForPort } = require('./redis-server');
 
 const INSTALL = 'PgBouncer is not installed: apt-get install -y pgbouncer (.ci/run installs it).';
-
-const live = new Set();
-process.once('exit', () => {
-  for (const child of live) {
-    try {
-      child.kill('SIGKILL');
-    } catch {
-      // already gone
-    }
-  }
-});
 
 /** The pgbouncer executable (Debian puts it in /usr/sbin, often not on a user's PATH). */
 function pgbouncerBinary() {
@@ -82,7 +72,6 @@ async function startPgBouncer({ serverDsn, poolMode, settings = {} }) {
 
   const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
   const child = spawn(binary, [...(isRoot ? ['-u', 'postgres'] : []), ini], { stdio: ['ignore', 'pipe', 'pipe'] });
-  live.add(child);
   let log = '';
   child.stdout.on('data', (chunk) => {
     log += chunk;
@@ -90,8 +79,7 @@ async function startPgBouncer({ serverDsn, poolMode, settings = {} }) {
   child.stderr.on('data', (chunk) => {
     log += chunk;
   });
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  exited.then(() => live.delete(child));
+  const exited = killedAtExit(child);
   const started = await Promise.race([
     waitForPort(port, true).then(() => 'up'),
     exited.then((code) => `exited with ${code}`),

@@ -10,17 +10,7 @@ const os = require('node:os');
 const path = require('node:path');
 const { spawn } = require('node:child_process');
 const { freePort } = require('./ports');
-
-const live = new Set();
-process.once('exit', () => {
-  for (const child of live) {
-    try {
-      child.kill('SIGKILL');
-    } catch {
-      // already gone
-    }
-  }
-});
+const { killedAtExit } = require('./killed-at-exit');
 
 function canConnect(port) {
   return new Promise((resolve) => {
@@ -72,16 +62,14 @@ async function startRedisServer(options = {}) {
   let log = '';
   async function launch() {
     child = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    live.add(child);
     child.stdout.on('data', (chunk) => {
       log += chunk;
     });
     child.stderr.on('data', (chunk) => {
       log += chunk;
     });
-    const exited = new Promise((resolve) => child.once('exit', resolve));
+    const exited = killedAtExit(child);
     child.exited = exited;
-    exited.then(() => live.delete(child));
     const started = await Promise.race([
       waitForPort(port, true).then(() => 'up'),
       exited.then((code) => `exited with ${code}`),

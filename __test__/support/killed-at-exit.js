@@ -1,0 +1,29 @@
+'use strict';
+
+// Server processes a test starts are killed when the jest worker exits, whatever happened to
+// the test's afterAll: no private server outlives the run.
+
+const live = new Set();
+process.once('exit', () => {
+  for (const child of live) {
+    try {
+      child.kill('SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+});
+
+/**
+ * Kills `child` when this process exits, unless it exited first.
+ * @param {import('node:child_process').ChildProcess} child
+ * @returns {Promise<number | null>} its exit code, once it exited
+ */
+function killedAtExit(child) {
+  live.add(child);
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  exited.then(() => live.delete(child));
+  return exited;
+}
+
+module.exports = { killedAtExit };
