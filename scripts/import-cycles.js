@@ -58,15 +58,43 @@ function expandUse(tree) {
 }
 
 /** The module paths a file refers to, absolute (['sql', 'dialect', 'SqlDialect']). */
-function referencedPaths(text, modulePath) {
+/** The inline modules of a file (`mod tests { … }`): name and the span of their braces. */
+function inlineModules(source) {
+  const modules = [];
+  for (const match of source.matchAll(/\bmod\s+([A-Za-z_][A-Za-z0-9_]*)\s*\{/g)) {
+    const open = match.index + match[0].length - 1;
+    let depth = 0;
+    let close = source.length;
+    for (let i = open; i < source.length; i += 1) {
+      if (source[i] === '{') depth += 1;
+      else if (source[i] === '}' && --depth === 0) {
+        close = i;
+        break;
+      }
+    }
+    modules.push({ name: match[1], open, close });
+  }
+  return modules;
+}
+
+function referencedPaths(text, filePath) {
   const source = code(text);
+  const inline = inlineModules(source);
+  // The module a path is written in: the file's, plus the inline modules around it.
+  const moduleAt = (offset) => [
+    ...filePath,
+    ...inline.filter((m) => m.open < offset && offset < m.close).map((m) => m.name),
+  ];
   const paths = [];
   for (const match of source.matchAll(/\buse\s+([^;]+);/g)) {
-    paths.push(...expandUse(match[1].replace(/\s+/g, ' ')));
+    const at = moduleAt(match.index);
+    paths.push(...expandUse(match[1].replace(/\s+/g, ' ')).map((p) => [p, at]));
   }
-  for (const match of source.matchAll(/\b(?:crate|super|self)(?:::[A-Za-z_][A-Za-z0-9_]*)+/g)) paths.push(match[0]);
-  // A file's own module is its path; `super::` climbs one module per use.
-  return paths.flatMap((p) => {
+  for (const match of source.matchAll(/\b(?:crate|super|self)(?:::[A-Za-z_][A-Za-z0-9_]*)+/g)) {
+    paths.push([match[0], moduleAt(match.index)]);
+  }
+  // `self::` is the module a path is written in; `super::` climbs one module per use.
+  return paths.flatMap(([p, modulePath]) => {
     let segments = p.split('::').map((s) => s.trim()).filter((s) => s !== '' && s !== '*');
     if (segments[0] === 'crate') return [segments.slice(1)];
     if (segments[0] === 'self') return [[...modulePath, ...segments.slice(1)]];

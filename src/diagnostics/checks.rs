@@ -55,7 +55,7 @@ impl Report {
         self.checks.push(Check {
             name: name.to_owned(),
             status,
-            detail: crate::error::redact(&detail.to_string(), &self.secrets),
+            detail: crate::support::error::redact(&detail.to_string(), &self.secrets),
         });
     }
 

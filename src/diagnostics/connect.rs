@@ -3,12 +3,12 @@
 //! each wait bounded, each failure an [`Error`] whose message holds no secret. SQLite files
 //! are opened without being created and with `query_only`, so nothing here can change them.
 
-use crate::dsn::SqlDsn;
-use crate::error::{Cause, Error, ErrorKind, Result};
-use crate::redis::connection::{Conn, ConnectOptions as RedisConnectOptions, Target};
-use crate::sql::sqlite::{parse_sqlite_location, SqliteLocation};
-use crate::sql::SqlDialect;
-use crate::wake::WakeBoard;
+use crate::engines::redis::connection::{Conn, ConnectOptions as RedisConnectOptions, Target};
+use crate::engines::sql::sqlite::{parse_sqlite_location, SqliteLocation};
+use crate::engines::sql::SqlDialect;
+use crate::queue::wake::WakeBoard;
+use crate::support::dsn::SqlDsn;
+use crate::support::error::{Cause, Error, ErrorKind, Result};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use sqlx::{ConnectOptions, Connection, Database, Pool};
 use std::future::Future;
@@ -146,7 +146,7 @@ pub async fn open_sqlite(path: &PathBuf, timeout: Duration) -> Result<(SqliteCon
 
 /// A Redis command connection made as the transport makes its own, bounded by `timeout`.
 pub async fn open_redis(
-    dsn: &crate::dsn::RedisDsn,
+    dsn: &crate::support::dsn::RedisDsn,
     cluster: bool,
     timeout: Duration,
 ) -> Result<(Conn, u128)> {
@@ -181,7 +181,7 @@ pub fn redis_error(what: &str, err: &redis::RedisError, secrets: &[String]) -> E
         ErrorKind::Transport
     };
     Error::new(kind, format!("{what}: {err}"))
-        .caused_by(crate::redis::errors::cause(err))
+        .caused_by(crate::engines::redis::errors::cause(err))
         .redacted(secrets)
 }
 

@@ -10,9 +10,9 @@ const DEFAULT_CONNECT_TIMEOUT_MS: f64 = 5000.0;
 fn connect_timeout(ms: Option<f64>) -> napi::Result<Duration> {
     let ms = ms.unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS);
     if ms.is_finite() && ms > 0.0 {
-        Ok(crate::durations::millis(ms))
+        Ok(crate::support::durations::millis(ms))
     } else {
-        Err(crate::error::Error::invalid_argument(format!(
+        Err(crate::support::error::Error::invalid_argument(format!(
             "connectTimeoutMs must be a finite number > 0, got {ms}."
         ))
         .into())

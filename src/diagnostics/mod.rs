@@ -19,7 +19,7 @@ pub mod schema;
 mod sql_doctor;
 pub mod stats;
 
-use crate::dsn::{parse_redis_dsn, parse_sql_dsn};
+use crate::support::dsn::{parse_redis_dsn, parse_sql_dsn};
 use checks::Report;
 use std::time::Duration;
 
@@ -91,7 +91,7 @@ pub async fn doctor(request: &Target) -> Report {
 
 /// The `queue` line: the name as the transport accepts it, and what the queue holds.
 async fn queue_check(report: &mut Report, target: &sql_doctor::SqlTarget<'_>, queue: &str) {
-    if let Err(err) = crate::ident::validate_queue_name(queue) {
+    if let Err(err) = crate::support::ident::validate_queue_name(queue) {
         report.fail("queue", err.message);
         return;
     }
@@ -118,7 +118,7 @@ async fn queue_check(report: &mut Report, target: &sql_doctor::SqlTarget<'_>, qu
     }
 }
 
-fn invalid_dsn(err: crate::error::Error) -> Report {
+fn invalid_dsn(err: crate::support::error::Error) -> Report {
     // The parser's message shows the DSN redacted already.
     let mut report = Report::default();
     report.fail("dsn", err.message);
@@ -127,11 +127,14 @@ fn invalid_dsn(err: crate::error::Error) -> Report {
 
 /// One sample of the DSN's queues or stream groups; `cursor` is the previous sample's, for
 /// `added`.
-pub async fn stats(request: &Target, cursor: Option<&str>) -> crate::error::Result<stats::Stats> {
+pub async fn stats(
+    request: &Target,
+    cursor: Option<&str>,
+) -> crate::support::error::Result<stats::Stats> {
     if is_redis(&request.dsn) {
         let dsn = parse_redis_dsn(&request.dsn)?;
         let Some(stream) = request.stream.as_deref() else {
-            return Err(crate::error::Error::invalid_argument(
+            return Err(crate::support::error::Error::invalid_argument(
                 "stats on Redis needs --stream.",
             ));
         };

@@ -6,9 +6,9 @@
 use super::checks::{judge_clock, judge_version, Report};
 use super::connect::{host_now_ms, open_redis, redis_query};
 use super::redis_values::{as_int, as_text, field, groups, texts};
-use crate::dsn::RedisDsn;
-use crate::redis::connection::Conn;
-use crate::redis::slot::slot;
+use crate::engines::redis::connection::Conn;
+use crate::engines::redis::slot::slot;
+use crate::support::dsn::RedisDsn;
 use std::time::Duration;
 
 /// What the Redis doctor looks at.

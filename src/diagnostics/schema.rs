@@ -1,10 +1,10 @@
 //! The shared table's expected shape, as each dialect's setup creates it (see the DDL in
-//! `crate::sql::{postgres,mysql,sqlite}::statements`), and the judgement of a table read back
+//! `crate::engines::sql::{postgres,mysql,sqlite}::statements`), and the judgement of a table read back
 //! from the catalog against it: each drift named (missing column, wrong type, nullability,
 //! missing or different claim index). No I/O here.
 
 use super::checks::{Report, Status};
-use crate::dsn::Dialect;
+use crate::support::dsn::Dialect;
 
 /// A column as the catalog describes it, its type already in the dialect's normal form
 /// (lowercase; integer display widths dropped).

@@ -11,10 +11,10 @@ use super::connect::{
     STATEMENT_BOUND,
 };
 use super::schema::{judge_columns, judge_index, Column};
-use crate::dsn::{Dialect, SqlDsn};
-use crate::error::Result;
-use crate::sql::mysql::MySql;
-use crate::sql::postgres::Postgres;
+use crate::engines::sql::mysql::MySql;
+use crate::engines::sql::postgres::Postgres;
+use crate::support::dsn::{Dialect, SqlDsn};
+use crate::support::error::Result;
 use sqlx::postgres::PgListener;
 use sqlx::{Executor, Row};
 use std::time::{Duration, Instant};
@@ -39,7 +39,7 @@ macro_rules! run {
 }
 
 pub async fn doctor(report: &mut Report, target: &SqlTarget<'_>) {
-    if let Err(err) = crate::ident::validate_table_name(target.table) {
+    if let Err(err) = crate::support::ident::validate_table_name(target.table) {
         report.fail("table", err.message);
         return;
     }
@@ -472,7 +472,7 @@ async fn sqlite(report: &mut Report, target: &SqlTarget<'_>) {
         return;
     };
     report.pass("file", format!("{} opened in {ms} ms", path.display()));
-    use crate::sql::sqlite::Sqlite;
+    use crate::engines::sql::sqlite::Sqlite;
     let version = run!(
         Sqlite,
         target,

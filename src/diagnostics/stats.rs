@@ -9,11 +9,11 @@ use super::connect::{
     STATEMENT_BOUND,
 };
 use super::redis_values::{as_int, as_text, field, groups, id_ms, pairs, texts};
-use crate::dsn::{Dialect, RedisDsn, SqlDsn};
-use crate::error::{Error, ErrorKind, Result};
-use crate::sql::mysql::MySql;
-use crate::sql::postgres::Postgres;
-use crate::sql::sqlite::Sqlite;
+use crate::engines::sql::mysql::MySql;
+use crate::engines::sql::postgres::Postgres;
+use crate::engines::sql::sqlite::Sqlite;
+use crate::support::dsn::{Dialect, RedisDsn, SqlDsn};
+use crate::support::error::{Error, ErrorKind, Result};
 use sqlx::{ColumnIndex, Decode, Row, Type};
 use std::time::Duration;
 
@@ -131,7 +131,7 @@ const SQLITE_STATS: &str = "SELECT queue_name, \
 
 /// Samples a SQL table's queues.
 pub async fn sql_stats(t: &SqlStatsTarget<'_>) -> Result<Stats> {
-    crate::ident::validate_table_name(t.table)?;
+    crate::support::ident::validate_table_name(t.table)?;
     let after = cursor_value(t.cursor)?;
     let counted = after.is_some();
     let after = after.unwrap_or(i64::MAX);

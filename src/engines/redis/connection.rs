@@ -1,0 +1,356 @@
+//! Connections to one Redis deployment (a single node, TLS or not, or a Cluster): one shared
+//! command connection per process and target, plus a dedicated connection per consumer for
+//! its blocking reads (a `BLOCK` on the shared connection would stall every other command).
+
+use crate::support::dsn::RedisDsn;
+use crate::support::error::{Error, Result};
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::io::tcp::TcpSettings;
+use redis::{
+    AsyncConnectionConfig, Client, ClientTlsConfig, Cmd, ConnectionAddr, ConnectionInfo,
+    IntoConnectionInfo, Pipeline, RedisFuture, TlsCertificates, Value,
+};
+use std::time::Duration;
+
+/// How to reach the deployment.
+#[derive(Clone)]
+pub enum Target {
+    Node(Box<Client>),
+    Cluster(Box<ClusterClient>),
+}
+
+/// One connection of either kind; used through `redis::aio::ConnectionLike`.
+#[derive(Clone)]
+pub enum Conn {
+    /// Reconnects by itself; the shared command connection of a single node.
+    Managed(ConnectionManager),
+    /// A plain connection: dropped and re-made on error (blocking reads).
+    Plain(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Managed(c) => c.req_packed_command(cmd),
+            Conn::Plain(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Managed(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Plain(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Managed(c) => c.get_db(),
+            Conn::Plain(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Connection options of a target.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectOptions {
+    pub cluster: bool,
+    /// PEM roots to trust over TLS instead of the system's.
+    pub tls_ca: Option<Vec<u8>>,
+    pub connect_timeout: Duration,
+    /// What `redisOptions` adds to the DSN.
+    pub overrides: Overrides,
+}
+
+/// Connection settings given beside the DSN (ioredis's `redisOptions`), each one only where the
+/// DSN says nothing of it: the JavaScript wrapper refuses a value the DSN contradicts.
+#[derive(Clone, Default, Hash)]
+pub struct Overrides {
+    /// TLS even for `redis://`: ioredis turns it on for any `tls` object.
+    pub tls: bool,
+    /// Client certificate chain (PEM) and its key, for servers that ask for one.
+    pub tls_cert: Option<Vec<u8>>,
+    pub tls_key: Option<Vec<u8>>,
+    /// Any server certificate is accepted (`tls.rejectUnauthorized: false`).
+    pub tls_insecure: bool,
+    pub port: Option<u16>,
+    pub db: Option<i64>,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// No `CLIENT SETINFO` on connecting (`disableClientInfo`).
+    pub skip_client_info: bool,
+}
+
+// The password and the key are never shown.
+impl std::fmt::Debug for Overrides {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Overrides")
+            .field("tls", &self.tls)
+            .field("tls_cert", &self.tls_cert.is_some())
+            .field("tls_key", &self.tls_key.is_some())
+            .field("tls_insecure", &self.tls_insecure)
+            .field("port", &self.port)
+            .field("db", &self.db)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("skip_client_info", &self.skip_client_info)
+            .finish()
+    }
+}
+
+impl ConnectOptions {
+    /// The DSN's secrets and the password given beside it: what no message may show.
+    pub fn secrets(&self, dsn: &RedisDsn) -> Vec<String> {
+        let mut secrets = dsn.secrets.clone();
+        secrets.extend(
+            self.overrides
+                .password
+                .iter()
+                .filter(|p| !p.is_empty())
+                .cloned(),
+        );
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        secrets
+    }
+
+    /// A digest of everything the connections are made with but the DSN: transports that
+    /// differ in any of it get connections of their own.
+    pub fn digest(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.cluster.hash(&mut hasher);
+        self.tls_ca.hash(&mut hasher);
+        self.connect_timeout.hash(&mut hasher);
+        self.overrides.hash(&mut hasher);
+        hasher.finish()
+    }
+
+    /// The DSN's connection info with the overrides applied.
+    fn connection_info(&self, dsn: &RedisDsn) -> redis::RedisResult<ConnectionInfo> {
+        let info = dsn
+            .url
+            .as_str()
+            .into_connection_info()?
+            .set_tcp_settings(tcp_settings());
+        let o = &self.overrides;
+        let addr = match info.addr().clone() {
+            ConnectionAddr::Tcp(host, port) if o.tls => ConnectionAddr::TcpTls {
+                host,
+                port: o.port.unwrap_or(port),
+                insecure: o.tls_insecure,
+                tls_params: None,
+            },
+            ConnectionAddr::Tcp(host, port) => ConnectionAddr::Tcp(host, o.port.unwrap_or(port)),
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure,
+                tls_params,
+            } => ConnectionAddr::TcpTls {
+                host,
+                port: o.port.unwrap_or(port),
+                insecure: insecure || o.tls_insecure,
+                tls_params,
+            },
+            other => other,
+        };
+        let mut settings = info.redis_settings().clone();
+        if let Some(db) = o.db {
+            settings = settings.set_db(db);
+        }
+        if let Some(username) = &o.username {
+            settings = settings.set_username(username);
+        }
+        if let Some(password) = &o.password {
+            settings = settings.set_password(password);
+        }
+        if o.skip_client_info {
+            settings = settings.set_skip_set_lib_name();
+        }
+        Ok(info.set_addr(addr).set_redis_settings(settings))
+    }
+
+    /// Roots and client certificate to use, if any is given and the connection is TLS.
+    fn certificates(&self, info: &ConnectionInfo) -> Option<TlsCertificates> {
+        if !matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
+            return None;
+        }
+        let o = &self.overrides;
+        let client_tls = match (&o.tls_cert, &o.tls_key) {
+            (Some(cert), Some(key)) => Some(ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }),
+            _ => None,
+        };
+        (client_tls.is_some() || self.tls_ca.is_some()).then(|| TlsCertificates {
+            client_tls,
+            root_cert: self.tls_ca.clone(),
+        })
+    }
+}
+
+/// TCP settings of every connection: no Nagle delay, and keepalive and a user timeout (see
+/// `crate::support::tcp_keepalive`).
+fn tcp_settings() -> TcpSettings {
+    let settings = TcpSettings::default()
+        .set_nodelay(true)
+        .set_keepalive(crate::support::tcp_keepalive::keepalive());
+    #[cfg(target_os = "linux")]
+    let settings = settings.set_user_timeout(crate::support::tcp_keepalive::USER_TIMEOUT);
+    settings
+}
+
+impl Target {
+    pub fn new(dsn: &RedisDsn, options: &ConnectOptions) -> Result<Self> {
+        let invalid = |e: redis::RedisError| {
+            Error::connection(format!("Invalid Redis DSN \"{}\": {e}", dsn.redacted))
+                .redacted(&options.secrets(dsn))
+        };
+        let info = options.connection_info(dsn).map_err(invalid)?;
+        let certs = options.certificates(&info);
+        if options.cluster {
+            // The first node's credentials, database and TLS mode apply to every node.
+            let mut builder = ClusterClient::builder(vec![info])
+                .tcp_settings(tcp_settings())
+                .connection_timeout(options.connect_timeout)
+                .response_timeout(options.connect_timeout)
+                .retries(2);
+            if let Some(certs) = certs {
+                builder = builder.certs(certs);
+            }
+            return builder
+                .build()
+                .map(|c| Target::Cluster(Box::new(c)))
+                .map_err(invalid);
+        }
+        let client = match certs {
+            Some(certs) => Client::build_with_tls(info, certs),
+            None => Client::open(info),
+        };
+        client.map(|c| Target::Node(Box::new(c))).map_err(invalid)
+    }
+
+    /// The shared command connection. A single node's reconnects by itself; a cluster
+    /// connection follows MOVED/ASK and topology changes.
+    pub async fn command_connection(&self, timeout: Duration) -> redis::RedisResult<Conn> {
+        match self {
+            Target::Node(client) => {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(Some(timeout))
+                    .set_number_of_retries(1)
+                    .set_max_delay(Duration::from_secs(2));
+                ConnectionManager::new_with_config((**client).clone(), config)
+                    .await
+                    .map(Conn::Managed)
+            }
+            Target::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+        }
+    }
+
+    /// A connection of its own for blocking reads: no response timeout (the caller bounds
+    /// the block and drops the connection if it gives up on it).
+    pub async fn blocking_connection(&self, timeout: Duration) -> redis::RedisResult<Conn> {
+        match self {
+            Target::Node(client) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(None);
+                client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map(Conn::Plain)
+            }
+            Target::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(overrides: Overrides) -> ConnectOptions {
+        ConnectOptions {
+            connect_timeout: Duration::from_secs(1),
+            overrides,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn overrides_fill_in_the_dsn() {
+        let dsn = crate::support::dsn::parse_redis_dsn("redis://127.0.0.1:6390").unwrap();
+        let info = options(Overrides {
+            db: Some(5),
+            username: Some("app".to_owned()),
+            password: Some("s3cret".to_owned()),
+            port: Some(7000),
+            skip_client_info: true,
+            ..Default::default()
+        })
+        .connection_info(&dsn)
+        .unwrap();
+        assert!(matches!(info.addr(), ConnectionAddr::Tcp(host, 7000) if host == "127.0.0.1"));
+        let settings = info.redis_settings();
+        assert_eq!(settings.db(), 5);
+        assert_eq!(settings.username(), Some("app"));
+        assert_eq!(settings.password(), Some("s3cret"));
+        assert!(settings.skip_set_lib_name());
+    }
+
+    #[test]
+    fn a_tls_object_turns_tls_on_for_redis_urls() {
+        let dsn = crate::support::dsn::parse_redis_dsn("redis://localhost:6390/2").unwrap();
+        let o = options(Overrides {
+            tls: true,
+            tls_insecure: true,
+            ..Default::default()
+        });
+        let info = o.connection_info(&dsn).unwrap();
+        assert!(matches!(
+            info.addr(),
+            ConnectionAddr::TcpTls { host, port: 6390, insecure: true, .. } if host == "localhost"
+        ));
+        assert_eq!(info.redis_settings().db(), 2);
+        assert!(o.certificates(&info).is_none());
+    }
+
+    #[test]
+    fn the_password_is_a_secret_and_never_debug_printed() {
+        let dsn = crate::support::dsn::parse_redis_dsn("redis://127.0.0.1:6390").unwrap();
+        let o = options(Overrides {
+            password: Some("s3cret-pw".to_owned()),
+            tls_key: Some(b"KEY".to_vec()),
+            ..Default::default()
+        });
+        assert!(o.secrets(&dsn).contains(&"s3cret-pw".to_owned()));
+        let shown = format!("{o:?}");
+        assert!(!shown.contains("s3cret-pw"), "{shown}");
+    }
+
+    #[test]
+    fn transports_differing_in_any_option_get_targets_of_their_own() {
+        let a = options(Overrides::default());
+        let b = options(Overrides {
+            db: Some(1),
+            ..Default::default()
+        });
+        assert_ne!(a.digest(), b.digest());
+        assert_eq!(a.digest(), options(Overrides::default()).digest());
+    }
+}

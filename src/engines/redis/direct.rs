@@ -1,0 +1,218 @@
+//! A single node's sends on the JavaScript thread (see `crate::direct::sends`): a plain TCP
+//! connection of their own, readied here (AUTH, SELECT, the insert script loaded), and the
+//! same insert script call the command connection makes, with the same marker, so a batch
+//! whose reply was lost is stored once when the runtime sends it again.
+
+use super::engine::RedisQueue;
+use super::resp::{self, Reply};
+use super::writes::SendBatch;
+use crate::direct::sends::{DirectWire, Outcome, Resend};
+use crate::queue::engine::NewMessage;
+use crate::support::error::{Cause, Error, Result};
+use futures_util::future::BoxFuture;
+use redis::ConnectionAddr;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The name the send connection gives itself (`CLIENT LIST` shows it).
+const SEND_CONNECTION_NAME: &str = "nestjs-messenger-native:send";
+
+/// The wire of one stream queue on a plain single node.
+pub struct RedisWire {
+    queue: Arc<RedisQueue>,
+    host: String,
+    port: u16,
+    username: Option<String>,
+    password: Option<String>,
+    db: i64,
+}
+
+impl RedisWire {
+    /// `None` on a cluster or over TLS: those keep to the runtime's connections.
+    pub fn new(queue: Arc<RedisQueue>) -> Option<Self> {
+        let super::connection::Target::Node(client) = &queue.shared.target else {
+            return None;
+        };
+        let info = client.get_connection_info();
+        let ConnectionAddr::Tcp(host, port) = info.addr() else {
+            return None;
+        };
+        // Without a marker key beside the stream, a batch could not be sent again safely.
+        queue.config.beside("sent:probe")?;
+        let settings = info.redis_settings();
+        if settings.protocol() != redis::ProtocolVersion::RESP2 {
+            return None;
+        }
+        Some(Self {
+            host: host.clone(),
+            port: *port,
+            username: settings.username().map(str::to_owned),
+            password: settings.password().map(str::to_owned),
+            db: settings.db(),
+            queue,
+        })
+    }
+
+    /// Connects and runs `greeting`; a failed command fails the connection unless it is
+    /// marked optional (the name: an ACL may refuse CLIENT SETNAME).
+    async fn handshake(
+        host: String,
+        port: u16,
+        greeting: Vec<(Vec<Vec<u8>>, bool)>,
+    ) -> std::io::Result<std::net::TcpStream> {
+        let mut stream =
+            tokio::net::TcpStream::connect((host.trim_matches(&['[', ']'][..]), port)).await?;
+        stream.set_nodelay(true)?;
+        let socket = socket2::SockRef::from(&stream);
+        socket.set_tcp_keepalive(&crate::support::tcp_keepalive::keepalive())?;
+        #[cfg(target_os = "linux")]
+        socket.set_tcp_user_timeout(Some(crate::support::tcp_keepalive::USER_TIMEOUT))?;
+        let mut request = Vec::new();
+        for (command, _) in &greeting {
+            request.extend(pack(command));
+        }
+        stream.write_all(&request).await?;
+        let mut buf = Vec::new();
+        let mut answered = 0;
+        while answered < greeting.len() {
+            let mut chunk = [0u8; 4096];
+            let read = stream.read(&mut chunk).await?;
+            if read == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            buf.extend_from_slice(&chunk[..read]);
+            while let Some((reply, used)) = resp::parse(&buf).map_err(std::io::Error::other)? {
+                buf.drain(..used);
+                let optional = greeting
+                    .get(answered)
+                    .is_some_and(|(_, optional)| *optional);
+                answered += 1;
+                if let (Reply::Error(text), false) = (reply, optional) {
+                    // The server's own words (no secret in them: AUTH answers WRONGPASS alone).
+                    return Err(std::io::Error::other(text));
+                }
+            }
+        }
+        stream.into_std()
+    }
+}
+
+/// A command in RESP2, as the server reads it.
+fn pack(args: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + args.iter().map(|a| a.len() + 16).sum::<usize>());
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+impl DirectWire for RedisWire {
+    fn connect(&self) -> BoxFuture<'static, Result<std::net::TcpStream>> {
+        let mut greeting: Vec<(Vec<Vec<u8>>, bool)> = Vec::new();
+        if let Some(password) = &self.password {
+            let mut auth = vec![b"AUTH".to_vec()];
+            auth.extend(self.username.iter().map(|u| u.as_bytes().to_vec()));
+            auth.push(password.as_bytes().to_vec());
+            greeting.push((auth, false));
+        }
+        if self.db != 0 {
+            greeting.push((
+                vec![b"SELECT".to_vec(), self.db.to_string().into_bytes()],
+                false,
+            ));
+        }
+        // Named, so an operator (and a test) can tell it from the command connection.
+        greeting.push((
+            vec![
+                b"CLIENT".to_vec(),
+                b"SETNAME".to_vec(),
+                SEND_CONNECTION_NAME.as_bytes().to_vec(),
+            ],
+            true,
+        ));
+        greeting.push((
+            vec![
+                b"SCRIPT".to_vec(),
+                b"LOAD".to_vec(),
+                super::writes::insert_script_source().as_bytes().to_vec(),
+            ],
+            false,
+        ));
+        let (host, port) = (self.host.clone(), self.port);
+        let timeout = self.queue.shared.connect_timeout;
+        let secrets = self.queue.shared.secrets.clone();
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, Self::handshake(host, port, greeting)).await {
+                Ok(Ok(stream)) => Ok(stream),
+                Ok(Err(e)) => Err(Error::connection(format!(
+                    "Redis transport could not open its send connection: {e}"
+                ))
+                .caused_by(Cause::io(&e))
+                .redacted(&secrets)),
+                Err(_) => Err(Error::connection(
+                    "Redis transport could not open its send connection in time",
+                )
+                .caused_by(Cause::timed_out(format!(
+                    "no answer within {} ms",
+                    timeout.as_millis()
+                )))),
+            }
+        })
+    }
+
+    fn encode(&self, messages: Vec<NewMessage>) -> (Vec<u8>, Resend) {
+        let stream = &self.queue.config.stream;
+        let batch = SendBatch::new(&self.queue.config, &messages);
+        let request = super::writes::insert_request(stream, &batch, &messages);
+        let queue = self.queue.clone();
+        let resend: Resend =
+            Box::new(move || Box::pin(async move { queue.insert_batch(&messages, batch).await }));
+        (request, resend)
+    }
+
+    fn read_reply(&self, buf: &[u8], count: usize) -> Result<Option<(Outcome, usize)>> {
+        let Some((reply, used)) = resp::parse(buf).map_err(|e| {
+            Error::connection(format!(
+                "Redis transport failed during \"send\": the server's reply was not RESP ({e})"
+            ))
+        })?
+        else {
+            return Ok(None);
+        };
+        let outcome = match reply {
+            Reply::Array(Some(items)) if items.len() == count => {
+                let ids: Option<Vec<String>> = items
+                    .into_iter()
+                    .map(|item| match item {
+                        Reply::Bulk(Some(id)) => String::from_utf8(id).ok(),
+                        _ => None,
+                    })
+                    .collect();
+                match ids {
+                    Some(ids) => Outcome::Stored(ids),
+                    None => Outcome::Failed(Error::transport(
+                        "Redis transport failed during \"send\": the server answered ids that are not text",
+                    )),
+                }
+            }
+            // The script is not loaded (a restart or SCRIPT FLUSH since the handshake): it did
+            // not run, and the runtime's connection loads it.
+            Reply::Error(text) if text.starts_with("NOSCRIPT") => Outcome::NotRun,
+            Reply::Error(_) => {
+                match redis::parse_redis_value(&buf[..used]).map(|v| v.extract_error()) {
+                    Ok(Err(e)) => Outcome::Failed(self.queue.err("send", &e)),
+                    _ => Outcome::Failed(Error::transport(
+                        "Redis transport failed during \"send\": an unreadable error reply",
+                    )),
+                }
+            }
+            other => Outcome::Failed(Error::transport(format!(
+                "Redis transport failed during \"send\": an unexpected reply {other:?}"
+            ))),
+        };
+        Ok(Some((outcome, used)))
+    }
+}

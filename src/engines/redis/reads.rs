@@ -1,0 +1,452 @@
+//! Reads from a stream for one consumer: a claim (our own pending entries after an abandoned
+//! block, a periodic XAUTOCLAIM pass, promotion of due delayed members, then new entries), the
+//! renewal and release of claimed entries (XCLAIM), and the blocking read on the consumer's own
+//! connection, ended early with CLIENT UNBLOCK where the server allows it.
+//! Invariant: an entry a read takes into our pending list reaches the queue's buffer (a
+//! blocking read hands it over in its wait's outcome, never keeps it), or stays pending
+//! where our next claim (after an abandoned block) or any consumer's XAUTOCLAIM finds it;
+//! foreign entries (no `body`/`headers`) are removed, so they never loop.
+
+use super::connection::Conn;
+use super::delivered::Delivered;
+use super::engine::RedisQueue;
+use super::replies::{
+    as_i64, as_string, parse_autoclaim_reply, parse_read_reply, read_reply_page, Entry,
+};
+use crate::queue::engine::StoredMessage;
+use crate::queue::wake::WaitOutcome;
+use crate::support::error::Result;
+use redis::{Script, Value};
+use std::collections::HashSet;
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Most delayed members one promotion moves to the stream.
+const PROMOTE_LIMIT: u32 = 100;
+static PROMOTE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/promote.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
+
+/// Most of our own pending entries one re-read returns (at least: a claim's own size when
+/// larger). A re-read goes on from where the last one stopped while its pages come back full,
+/// so entries past the first page are not hidden until the claim idle time.
+const RECOVER_PAGE: u32 = 128;
+
+/// How long a blocked read may run past its BLOCK time, or past being ended, before its
+/// connection is taken for dead and dropped (a silent peer must not hold `get()` or `close()`).
+const READ_MARGIN: Duration = Duration::from_secs(2);
+
+/// How long an UNBLOCK that found nothing blocked waits for the read's reply before asking
+/// again (doubling each time, within `READ_MARGIN`).
+const UNBLOCK_PAUSE: Duration = Duration::from_millis(2);
+
+impl RedisQueue {
+    /// Turns stream entries into messages; entries without `body`/`headers` (foreign) are
+    /// acknowledged and deleted, so they never loop.
+    async fn accept_entries(&self, entries: Vec<Entry>) -> Result<Vec<StoredMessage>> {
+        let mut messages = Vec::with_capacity(entries.len());
+        let mut foreign = Vec::new();
+        for entry in entries {
+            match (entry.body, entry.headers) {
+                // Fenced by the group's pending owner: the token only marks it as ours.
+                (Some(body), Some(headers)) => messages.push(StoredMessage {
+                    id: entry.id,
+                    body,
+                    headers,
+                    token: Some(0),
+                }),
+                _ => foreign.push(entry.id),
+            }
+        }
+        if !foreign.is_empty() {
+            self.ack_and_delete(foreign, "discard").await?;
+        }
+        self.delivered()
+            .hold(messages.iter().map(|m| m.id.clone()), Instant::now());
+        self.note_tracked();
+        Ok(messages)
+    }
+
+    /// `XREADGROUP` of up to `limit` entries after `from` (`>`: new ones; `0`: our own
+    /// pending ones), blocking for `block` if given.
+    fn read_group(&self, limit: u32, block: Option<Duration>, from: &str) -> redis::Cmd {
+        let mut read = redis::cmd("XREADGROUP");
+        read.arg("GROUP")
+            .arg(&self.config.group)
+            .arg(&self.config.consumer)
+            .arg("COUNT")
+            .arg(limit);
+        if let Some(block) = block {
+            read.arg("BLOCK").arg(block.as_millis().max(1) as u64);
+        }
+        read.arg("STREAMS").arg(&self.config.stream).arg(from);
+        read
+    }
+
+    /// One claim. A claim that failed may have taken entries into our pending list without
+    /// its reply reaching us (a connection lost after the server ran it): the next claim
+    /// re-reads our own pending entries first, so they are not hidden until the claim idle.
+    pub(super) async fn claim_once(&self, limit: u32) -> Result<Vec<StoredMessage>> {
+        let claimed = self.claim_from_server(limit).await;
+        if claimed.is_err() {
+            self.lost_a_read();
+        }
+        claimed
+    }
+
+    /// A read's reply may have been lost after the server ran it: the next claim re-reads our
+    /// pending list from its start (also when a re-read was under way: it may have missed them).
+    fn lost_a_read(&self) {
+        *self.recover_from.lock().unwrap_or_else(|p| p.into_inner()) = Some("0".to_owned());
+    }
+
+    /// A re-read found a full page: the next claim goes on after `last`, unless a read was
+    /// lost meanwhile (which starts it over from the beginning).
+    fn recover_after(&self, last: String) {
+        self.recover_from
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(last);
+    }
+
+    async fn claim_from_server(&self, limit: u32) -> Result<Vec<StoredMessage>> {
+        let mut conn = self.conn("read").await?;
+        let mut entries = Vec::new();
+        // What we hold, as of before the reads: an entry acked (and forgotten) while a read
+        // was under way may be in its reply, and must still be skipped.
+        let recovering = self
+            .recover_from
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let reclaiming = self.reclaim_due();
+        let delivered = if recovering.is_some() || reclaiming {
+            let held = self
+                .delivered()
+                .still_held(Instant::now(), self.config.claim_idle);
+            self.note_tracked();
+            held
+        } else {
+            HashSet::new()
+        };
+        if let Some(from) = recovering {
+            let page = limit.max(RECOVER_PAGE);
+            let reply: Value = self
+                .read_group(page, None, &from)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err("read", &e))?;
+            if let (read, Some(last)) = read_reply_page(&reply) {
+                if read >= page as usize {
+                    self.recover_after(last);
+                }
+            }
+            entries.extend(
+                parse_read_reply(reply)
+                    .into_iter()
+                    .filter(|e| !delivered.contains(&e.id)),
+            );
+        }
+        if reclaiming {
+            entries.extend(self.reclaim(&mut conn, limit, &delivered).await?);
+        }
+        let promoted: Value = PROMOTE
+            .key(&self.config.delay_key)
+            .key(&self.config.stream)
+            .arg(PROMOTE_LIMIT)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.err("drainDelayed", &e))?;
+        self.note_next_due(&promoted);
+        let reply: Value = self
+            .read_group(limit, None, ">")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err("read", &e))?;
+        entries.extend(parse_read_reply(reply));
+        self.accept_entries(entries).await
+    }
+
+    fn delivered(&self) -> std::sync::MutexGuard<'_, Delivered> {
+        self.delivered.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// These entries are settled or given back: no longer ours to skip when re-reading.
+    pub(super) fn forget_delivered(&self, ids: &[String]) {
+        self.delivered().forget(ids);
+        self.note_tracked();
+    }
+
+    /// The queue still holds these entries (see `Delivered`).
+    pub(super) fn name_delivered(&self, ids: &[String]) {
+        self.delivered().name(ids, Instant::now());
+    }
+
+    /// Shows how many entries are kept as held in `stats()`.
+    fn note_tracked(&self) {
+        if let Some(counters) = self.counters.get() {
+            counters.track_ids(self.delivered().len());
+        }
+    }
+
+    /// `XCLAIM … JUSTID` of our own entries: resets their idle time (renewing our claim), or
+    /// sets it to `idle` (handing them to whoever runs XAUTOCLAIM next).
+    /// Sets the idle time of the entries of `ids` still pending for this consumer to `idle`
+    /// (zero renews the claim; the claim threshold hands them to the next XAUTOCLAIM);
+    /// returns those ids. Entries another consumer took over are left alone.
+    pub(super) async fn renew_own(
+        &self,
+        ids: &[String],
+        idle: Duration,
+        op: &str,
+    ) -> Result<Vec<String>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn(op).await?;
+        let reply: Value = RENEW
+            .key(&self.config.stream)
+            .arg(&self.config.group)
+            .arg(&self.config.consumer)
+            .arg(idle.as_millis() as u64)
+            .arg(ids)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.err(op, &e))?;
+        Ok(match reply {
+            Value::Array(items) => items.iter().filter_map(as_string).collect(),
+            _ => Vec::new(),
+        })
+    }
+
+    fn reclaim_period(&self) -> Duration {
+        (self.config.claim_idle / 2).clamp(Duration::from_millis(10), Duration::from_secs(5))
+    }
+
+    fn reclaim_due(&self) -> bool {
+        let reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+        Instant::now() >= reclaim.next_at
+    }
+
+    /// XAUTOCLAIM from the kept cursor; a full pass ends when the cursor comes back to 0-0.
+    async fn reclaim(
+        &self,
+        conn: &mut Conn,
+        limit: u32,
+        delivered: &HashSet<String>,
+    ) -> Result<Vec<Entry>> {
+        let cursor = self
+            .reclaim
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .cursor
+            .clone();
+        let reply: Value = redis::cmd("XAUTOCLAIM")
+            .arg(&self.config.stream)
+            .arg(&self.config.group)
+            .arg(&self.config.consumer)
+            .arg(self.config.claim_idle.as_millis() as u64)
+            .arg(&cursor)
+            .arg("COUNT")
+            .arg(limit)
+            .query_async(conn)
+            .await
+            .map_err(|e| self.err("reclaim", &e))?;
+        let (next, mut entries) = parse_autoclaim_reply(reply);
+        // Our own entries idle past the threshold (a renewal held up by an outage) are ours
+        // already and held in our buffer or a handler: taking them again would deliver them
+        // twice.
+        entries.retain(|e| !delivered.contains(&e.id));
+        let mut reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+        // A pass goes on at once only while it finds work; one that found nothing resumes
+        // after the period, so an idle consumer never spins through a long pending list.
+        if next == "0-0" || entries.is_empty() {
+            reclaim.next_at = Instant::now() + self.reclaim_period();
+        }
+        reclaim.cursor = next;
+        Ok(entries)
+    }
+
+    fn note_next_due(&self, promoted: &Value) {
+        let wait = match promoted {
+            Value::Array(items) => items.get(2).and_then(as_i64),
+            _ => None,
+        };
+        *self.next_due.lock().unwrap_or_else(|p| p.into_inner()) = wait
+            .filter(|ms| *ms >= 0)
+            .map(|ms| Duration::from_millis(ms as u64));
+    }
+
+    /// Blocks on our own connection until an entry arrives, a delayed member is due, the
+    /// next reclaim pass is due or the poll interval passes (so members delayed by other
+    /// processes are promoted in time), or `cancel` fires.
+    pub(super) async fn block_once(
+        &self,
+        cancel: &CancellationToken,
+        limit: u32,
+    ) -> Result<WaitOutcome> {
+        let delayed_seen = self.delayed_added.seq();
+        let until_reclaim = {
+            let reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+            reclaim.next_at.saturating_duration_since(Instant::now())
+        };
+        let next_due = *self.next_due.lock().unwrap_or_else(|p| p.into_inner());
+        let mut block = self.config.poll_interval.min(until_reclaim);
+        if let Some(due) = next_due {
+            block = block.min(due);
+        }
+        let mut guard = self.blocking.lock().await;
+        let (mut conn, client_id) = match guard.take() {
+            Some(open) => open,
+            None => tokio::select! {
+                opened = self.open_blocking() => opened?,
+                _ = cancel.cancelled() => return Ok(WaitOutcome::Cancelled),
+            },
+        };
+        // Ended before the read goes out: an UNBLOCK could overtake the read (it goes over
+        // another connection), find nothing blocked, and leave the read to block its full time.
+        if cancel.is_cancelled() {
+            *guard = Some((conn, client_id));
+            return Ok(WaitOutcome::Cancelled);
+        }
+        // Redis times blocked reads out on its own coarse tick (100 ms at the default hz), so
+        // where the block can be ended on demand, our timer ends it on time and the server's
+        // timeout is only a backstop.
+        let server_block = if client_id.is_some() {
+            block + Duration::from_secs(1)
+        } else {
+            block
+        };
+        let read = self.read_group(limit, Some(server_block), ">");
+        let (reply, cancelled) = {
+            let reading = read.query_async::<Value>(&mut conn);
+            tokio::pin!(reading);
+            tokio::select! {
+                reply = &mut reading => (Some(reply), false),
+                _ = tokio::time::sleep(block), if client_id.is_some() => (Some(self.unblock(client_id, &mut reading).await), false),
+                // This instance just added a delayed message that may be due before the block
+                // ends: end it now so the wait is planned again around that member.
+                _ = self.delayed_added.changed(delayed_seen), if client_id.is_some() => (Some(self.unblock(client_id, &mut reading).await), false),
+                // No way to end a cluster block early: past its BLOCK time and a margin, the
+                // connection is taken for dead (a silent peer) and dropped below.
+                _ = tokio::time::sleep(server_block + READ_MARGIN), if client_id.is_none() => (None, false),
+                _ = cancel.cancelled() => match client_id {
+                    Some(_) => (Some(self.unblock(client_id, &mut reading).await), true),
+                    // No way to end the block early: the connection is dropped below.
+                    None => (None, true),
+                },
+            }
+        };
+        let outcome = match reply {
+            None => {
+                // Entries the abandoned block may have claimed are re-read from our own
+                // pending list by the next claim.
+                self.lost_a_read();
+                return Ok(if cancelled {
+                    WaitOutcome::Cancelled
+                } else {
+                    WaitOutcome::TimedOut
+                });
+            }
+            Some(Ok(reply)) => {
+                *guard = Some((conn, client_id));
+                drop(guard);
+                let entries = parse_read_reply(reply);
+                if entries.is_empty() {
+                    Ok(WaitOutcome::TimedOut)
+                } else {
+                    match self.accept_entries(entries).await {
+                        // Only foreign entries, now removed: the next claim looks again.
+                        Ok(messages) if messages.is_empty() => Ok(WaitOutcome::Woken),
+                        Ok(messages) => Ok(WaitOutcome::Claimed(messages)),
+                        // The discard of foreign entries failed: the read's own entries sit
+                        // in our pending list, handed to nobody; the next claim re-reads it.
+                        Err(err) => {
+                            self.lost_a_read();
+                            Err(err)
+                        }
+                    }
+                }
+            }
+            // The stream key went away under the block (deleted, or its slot migrated): not an
+            // error of the consumer's; the next claim finds out where things stand.
+            Some(Err(e)) if e.to_string().contains("UNBLOCKED") => {
+                *guard = Some((conn, client_id));
+                Ok(WaitOutcome::TimedOut)
+            }
+            Some(Err(e)) => {
+                self.lost_a_read();
+                Err(self.err("read", &e))
+            }
+        };
+        if cancelled {
+            // What the block claimed goes to the queue all the same (it releases it).
+            return outcome.map(|o| match o {
+                WaitOutcome::Claimed(messages) => WaitOutcome::Claimed(messages),
+                _ => WaitOutcome::Cancelled,
+            });
+        }
+        outcome
+    }
+
+    async fn open_blocking(&self) -> Result<(Conn, Option<i64>)> {
+        let timeout = self.shared.connect_timeout;
+        let mut conn =
+            tokio::time::timeout(timeout, self.shared.target.blocking_connection(timeout))
+                .await
+                .map_err(|_| self.shared.no_answer("read"))?
+                .map_err(|e| self.err("read", &e))?;
+        let client_id = match conn {
+            Conn::Cluster(_) => None,
+            _ => redis::cmd("CLIENT")
+                .arg("ID")
+                .query_async::<i64>(&mut conn)
+                .await
+                .ok(),
+        };
+        Ok((conn, client_id))
+    }
+
+    /// Ends our blocked read now (`CLIENT UNBLOCK … TIMEOUT` from the command connection) and
+    /// takes its reply: nil, or entries that arrived just before.
+    async fn unblock<F>(
+        &self,
+        client_id: Option<i64>,
+        reading: &mut std::pin::Pin<&mut F>,
+    ) -> redis::RedisResult<Value>
+    where
+        F: std::future::Future<Output = redis::RedisResult<Value>>,
+    {
+        let deadline = tokio::time::Instant::now() + READ_MARGIN;
+        let mut pause = UNBLOCK_PAUSE;
+        while let (Some(id), Ok(mut conn)) = (client_id, self.shared.conn("read").await) {
+            let ended = redis::cmd("CLIENT")
+                .arg("UNBLOCK")
+                .arg(id)
+                .arg("TIMEOUT")
+                .query_async::<i64>(&mut conn)
+                .await;
+            // 0: nothing blocked yet: the read has answered (its reply is on its way), or it
+            // has not reached the server (the UNBLOCK went over another connection, and
+            // overtook it); asked again until it answers.
+            if !matches!(ended, Ok(0)) {
+                break;
+            }
+            match tokio::time::timeout(pause, reading.as_mut()).await {
+                Ok(reply) => return reply,
+                Err(_) if tokio::time::Instant::now() + pause < deadline => pause *= 2,
+                Err(_) => break,
+            }
+        }
+        // The unblocked read answers at once; a read that does not is on a dead or silent
+        // connection, which the caller then drops instead of waiting on it.
+        match tokio::time::timeout_at(deadline, reading.as_mut()).await {
+            Ok(reply) => reply,
+            Err(_) => Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no reply to a blocked read after it was ended",
+            ))),
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! MySQL 8 / MariaDB ≥ 10.6: the upstream table (LONGTEXT, utf8mb4, inline index), batch
+//! claims with `FOR UPDATE SKIP LOCKED` in one short transaction, `NOW(3)` in the server's
+//! own session time zone (never changed, so TypeScript and native workers read each other's
+//! DATETIMEs alike), and polling plus in-process wake-ups for idle consumers.
+
+mod errors;
+mod insert;
+mod statements;
+mod text_columns;
+mod version;
+
+use crate::engines::sql::claim_doubt::ClaimAttempt;
+use crate::engines::sql::dialect::{
+    DialectConnection, DialectFacts, OpenedTarget, SqlDialect, TableStatements,
+};
+use crate::engines::sql::driver::{Driver, SqlResult};
+use crate::engines::sql::errors::Failure;
+use crate::engines::sql::ids::{held_condition, id_list, HeldRow};
+use crate::engines::sql::retry::with_rollback_retry;
+use crate::engines::sql::table_queue::TableQueue;
+use crate::engines::sql::target::{
+    invalid_dsn, server_pool_options, with_keepalive, ServerAddress, SqlTarget,
+};
+use crate::queue::engine::{Held, NewMessage, StoredMessage};
+use crate::queue::wake::WakeBoard;
+use crate::support::dsn::SqlDsn;
+use crate::support::error::Result;
+use crate::support::targets::Targets;
+use futures_util::future::BoxFuture;
+use sqlx::error::DatabaseError;
+use sqlx::mysql::MySqlConnectOptions;
+use sqlx::pool::PoolConnection;
+use sqlx::{ConnectOptions, Row};
+use statements::MySqlStatements;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+use text_columns::bind_text;
+
+pub struct MySql;
+
+/// Server settings batching depends on, read on first contact.
+pub struct MySqlExtra {
+    max_packet: AtomicU64,
+    id_step: AtomicU64,
+    text_columns: text_columns::TextColumns,
+}
+
+static TARGETS: LazyLock<Targets<SqlTarget<MySql>>> = LazyLock::new(Targets::default);
+
+impl SqlDialect for MySql {
+    type Db = sqlx::MySql;
+    type Extra = MySqlExtra;
+    type Statements = MySqlStatements;
+
+    const FACTS: DialectFacts = DialectFacts {
+        name: "mysql",
+        label: "MySQL",
+        push_wakeup: false,
+        shared_poll: true,
+        has_server: true,
+    };
+    const TOKEN_OF: &'static str = statements::TOKEN_OF;
+
+    fn targets() -> &'static Targets<SqlTarget<Self>> {
+        &TARGETS
+    }
+
+    fn open_target(
+        dsn: &SqlDsn,
+        connect_timeout: Duration,
+        _board: &Arc<WakeBoard>,
+    ) -> Result<OpenedTarget<Self>> {
+        let options = MySqlConnectOptions::from_str(&dsn.driver_url)
+            .map_err(|e| invalid_dsn(dsn, e))?
+            // Keep the server's session defaults (time zone above all): see the module doc.
+            .timezone(None)
+            .pipes_as_concat(false)
+            .no_engine_substitution(false)
+            .charset("utf8mb4")
+            .disable_statement_logging();
+        let server = ServerAddress {
+            host: options.get_host().to_owned(),
+            port: options.get_port(),
+        };
+        // READ COMMITTED: a claim's UPDATE … WHERE id IN (…) may scan the primary key; under
+        // REPEATABLE READ that locks every row it passes (other queues, rows being inserted by
+        // other sessions) until commit, stalling claims and deadlocking sends. Under READ
+        // COMMITTED rows that do not match are not locked. (The time zone is left alone: see
+        // the module doc.)
+        let pool = with_keepalive(
+            server_pool_options(connect_timeout),
+            server,
+            Some("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"),
+        )
+        .connect_lazy_with(options.clone());
+        Ok(OpenedTarget {
+            pool,
+            probe: Some(options),
+            extra: MySqlExtra {
+                max_packet: AtomicU64::new(16 * 1024 * 1024),
+                id_step: AtomicU64::new(1),
+                text_columns: text_columns::TextColumns::default(),
+            },
+        })
+    }
+
+    /// Checks the server version and reads the settings batching depends on.
+    fn first_contact<'a>(
+        conn: &'a mut DialectConnection<Self>,
+        target: &'a SqlTarget<Self>,
+        op: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let row = sqlx::query(
+                "SELECT VERSION() AS version, CAST(@@max_allowed_packet AS UNSIGNED) AS max_packet, \
+                 CAST(@@auto_increment_increment AS UNSIGNED) AS id_step",
+            )
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| target.error(op, &e))?;
+            let version: String = row.try_get("version").map_err(|e| target.error(op, &e))?;
+            version::check_server_version(&version)?;
+            let max_packet: u64 = row
+                .try_get("max_packet")
+                .map_err(|e| target.error(op, &e))?;
+            let id_step: u64 = row.try_get("id_step").map_err(|e| target.error(op, &e))?;
+            target.extra.max_packet.store(max_packet, Ordering::Relaxed);
+            target
+                .extra
+                .id_step
+                .store(id_step.max(1), Ordering::Relaxed);
+            Ok(())
+        })
+    }
+
+    fn statements(table: &str, _notify: bool) -> (TableStatements, MySqlStatements) {
+        statements::statements(table)
+    }
+
+    fn due_by_queue(table: &str, queues: &[&str]) -> String {
+        statements::due_by_queue(table, queues)
+    }
+
+    fn classify_database(err: &dyn DatabaseError) -> Failure {
+        errors::classify_database(err)
+    }
+
+    fn describe(err: &dyn DatabaseError) -> String {
+        errors::describe(err)
+    }
+
+    fn database_cause(err: &dyn DatabaseError) -> crate::support::error::Cause {
+        errors::cause(err)
+    }
+
+    fn check_message(queue: &TableQueue<Self>, message: &NewMessage) -> Result<()> {
+        // The server's limit is known once it answered; before that, the batch check decides.
+        if queue.target.reached() {
+            insert::packets(queue, std::slice::from_ref(message))?;
+        }
+        Ok(())
+    }
+
+    fn insert(
+        queue: &TableQueue<Self>,
+        messages: Vec<NewMessage>,
+    ) -> BoxFuture<'_, Result<Vec<String>>> {
+        Box::pin(async move {
+            let ranges = insert::packets(queue, &messages)?;
+            with_rollback_retry(Self::classify, || {
+                insert::insert_once(queue, &messages, &ranges)
+            })
+            .await
+            .map_err(|e| queue.target.write_error("send", "the messages", &e))
+        })
+    }
+
+    /// One claim transaction in two round trips: `BEGIN` with the SELECT locking a batch
+    /// with SKIP LOCKED, then the UPDATE marking it delivered with the `COMMIT` (as text: a
+    /// prepared UPDATE, whose text differs per claim, would be a PREPARE, an EXECUTE and a
+    /// CLOSE). Not through sqlx's transaction, whose drop after our COMMIT queues a ROLLBACK
+    /// that costs the connection's next use a round trip.
+    fn claim<'a>(
+        queue: &'a TableQueue<Self>,
+        limit: u32,
+        attempt: &'a mut ClaimAttempt,
+    ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>> {
+        Box::pin(async move {
+            let kept = &queue.target.claim_connection;
+            let mut conn = kept.take(&queue.target.pool).await?;
+            let mut tx = InTransaction::new(&mut conn);
+            match claim_in(&mut tx, queue, limit, attempt).await {
+                Ok(claimed) => {
+                    drop(tx);
+                    // The consumer's next claim (the read-ahead, or the look before it
+                    // waits) follows.
+                    kept.keep(conn);
+                    Ok(claimed)
+                }
+                Err(err) => {
+                    tx.end_after(&err).await;
+                    Err(err)
+                }
+            }
+        })
+    }
+
+    /// Deletes the original and inserts the copy in one transaction.
+    fn redeliver<'a>(
+        queue: &'a TableQueue<Self>,
+        id: i64,
+        token: Option<i64>,
+        copy: &'a NewMessage,
+    ) -> BoxFuture<'a, SqlResult<Option<String>>> {
+        Box::pin(async move {
+            let mut tx = queue.target.pool.begin().await?;
+            let as_bytes = (queue.target.extra.text_columns)
+                .bytes_for(&mut tx, &queue.config.table)
+                .await;
+            let deleted = sqlx::query(&queue.sql.redeliver_delete)
+                .bind(id)
+                .bind(token)
+                .bind(token)
+                .execute(&mut *tx)
+                .await?;
+            if deleted.rows_affected() == 0 {
+                tx.rollback().await?;
+                return Ok(None);
+            }
+            let insert = sqlx::query(&queue.sql.insert_one).bind(&queue.config.queue);
+            let insert = bind_text(insert, &copy.body, as_bytes);
+            let done = bind_text(insert, &copy.headers, as_bytes)
+                .bind(insert::delay_micros(copy))
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(Some(done.last_insert_id().to_string()))
+        })
+    }
+
+    fn release(queue: &TableQueue<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>> {
+        let sql = format!("{}{condition}", queue.sql.release_head);
+        sqlx::MySql::execute_text(&queue.target.pool, sql)
+    }
+
+    /// No `UPDATE … RETURNING` here: the new token is read from the server clock first and
+    /// stored as is, so that the rows carrying it afterwards are the renewed ones.
+    fn renew(queue: &TableQueue<Self>, rows: Vec<HeldRow>) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
+        Box::pin(async move {
+            let mut conn = queue.target.pool.acquire().await?;
+            let token: i64 = sqlx::query(&queue.sql.now_token)
+                .fetch_one(&mut *conn)
+                .await?
+                .try_get("token")?;
+            let condition = held_condition(&rows, Self::TOKEN_OF);
+            sqlx::query(&queue.sql.renew(token, &condition))
+                .persistent(false)
+                .execute(&mut *conn)
+                .await?;
+            let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+            let renewed = format!(
+                "{}id IN {} AND {} = {token}",
+                queue.sql.renewed_head,
+                id_list(&ids),
+                Self::TOKEN_OF
+            );
+            let found = sqlx::query(&renewed)
+                .persistent(false)
+                .fetch_all(&mut *conn)
+                .await?;
+            found
+                .iter()
+                .map(|row| {
+                    Ok(Held {
+                        id: row.try_get("id")?,
+                        token: Some(token),
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
+/// One claim transaction on `tx` (see `SqlDialect::claim`), ended by its COMMIT.
+async fn claim_in(
+    tx: &mut InTransaction<'_>,
+    queue: &TableQueue<MySql>,
+    limit: u32,
+    attempt: &mut ClaimAttempt,
+) -> SqlResult<Vec<StoredMessage>> {
+    let begin = queue.sql.begin_claim(
+        &queue.config.queue,
+        queue.config.redeliver_timeout_seconds,
+        limit,
+    );
+    let rows = sqlx::Executor::fetch_all(&mut **tx.conn, begin.as_str()).await?;
+    let claimed = rows
+        .iter()
+        .map(sqlx::MySql::claimed_of)
+        .collect::<SqlResult<Vec<_>>>()?;
+    let end = match claimed.first().and_then(|m| m.token) {
+        Some(token) => {
+            let ids: Vec<i64> = claimed.iter().filter_map(|m| m.id.parse().ok()).collect();
+            // Known before the COMMIT whose reply may be lost: what to release then.
+            attempt.hold(
+                ids.iter()
+                    .map(|&id| HeldRow {
+                        id,
+                        token: Some(token),
+                    })
+                    .collect(),
+            );
+            format!("{}; COMMIT", queue.sql.mark_delivered(token, &ids))
+        }
+        None => "COMMIT".to_owned(),
+    };
+    sqlx::Executor::execute(&mut **tx.conn, end.as_str()).await?;
+    tx.ended = true;
+    Ok(claimed)
+}
+
+/// A pooled connection inside a transaction begun as text. Dropped before the transaction
+/// ended (an error, or the claim abandoned mid-way) the connection is closed rather than
+/// pooled: the server rolls the transaction back, and no later statement runs inside it (a
+/// send made there would never commit).
+struct InTransaction<'c> {
+    conn: &'c mut PoolConnection<sqlx::MySql>,
+    ended: bool,
+}
+
+impl<'c> InTransaction<'c> {
+    fn new(conn: &'c mut PoolConnection<sqlx::MySql>) -> Self {
+        Self { conn, ended: false }
+    }
+
+    /// After `err`: when the server answered it (a deadlock, a lock wait timeout, a table
+    /// not there yet), the connection is sound, so the transaction is rolled back here and
+    /// the connection pooled again; closing it would cost a reconnect, for a consumer polling
+    /// a table that is not there yet one per poll. After any other failure it is closed.
+    async fn end_after(&mut self, err: &sqlx::Error) {
+        if matches!(err, sqlx::Error::Database(_))
+            && sqlx::Executor::execute(&mut **self.conn, "ROLLBACK")
+                .await
+                .is_ok()
+        {
+            self.ended = true;
+        }
+    }
+}
+
+impl Drop for InTransaction<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.conn.close_on_drop();
+        }
+    }
+}

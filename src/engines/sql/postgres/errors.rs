@@ -1,0 +1,40 @@
+//! PostgreSQL's driver errors in the shared [`Failure`] kinds, by SQLSTATE.
+
+use crate::engines::sql::errors::Failure;
+use crate::support::error::Cause;
+use sqlx::error::DatabaseError;
+
+/// SQLSTATE classes: 08 connection, 57P shutdown/cannot connect; 28 authorization and 3D000
+/// unknown database (refused for good); 42P01 undefined table; 40001/40P01 serialization
+/// failure/deadlock.
+pub fn classify_database(db: &dyn DatabaseError) -> Failure {
+    match db.code().as_deref() {
+        Some("42P01") => Failure::NotFound,
+        Some("40001" | "40P01") => Failure::Transient,
+        Some("3D000") => Failure::Refused,
+        Some(code) if code.starts_with("28") => Failure::Refused,
+        Some(code) if code.starts_with("08") || code.starts_with("57P") => Failure::Connection,
+        _ => Failure::Other,
+    }
+}
+
+/// As pg gives it: the SQLSTATE as `code`, the server's message.
+pub fn cause(db: &dyn DatabaseError) -> Cause {
+    Cause::new(db.code().as_deref(), db.message())
+}
+
+/// The server's message with its SQLSTATE. A prepared statement found missing (26000) or
+/// already there (42P05) is what the driver's named statements meet through a transaction
+/// pooler not told of: the message says what to add.
+pub fn describe(db: &dyn DatabaseError) -> String {
+    match db.code().as_deref() {
+        Some(code @ ("26000" | "42P05")) if db.message().contains("prepared statement") => {
+            format!(
+                "{} (SQLSTATE {code}). A pooler in transaction mode (PgBouncer's pool_mode = transaction) does not keep prepared statements: if this DSN goes through one, add pgbouncer=true to it.",
+                db.message()
+            )
+        }
+        Some(code) => format!("{} (SQLSTATE {code})", db.message()),
+        None => db.message().to_owned(),
+    }
+}

@@ -1,0 +1,341 @@
+//! PostgreSQL: the upstream table, batch claims with `FOR UPDATE SKIP LOCKED` in one
+//! statement, sends as one `unnest` INSERT with NOTIFY (channel = table, payload = queue) in
+//! the same statement, and one LISTEN connection per process and DSN for push wake-ups (to
+//! `listenDsn` when one is given). A DSN through PgBouncer in transaction mode says so
+//! (`pgbouncer=true`): see `pooler`.
+
+mod errors;
+mod listener;
+mod pooler;
+mod session_defaults;
+mod statements;
+mod tls_modes;
+
+use crate::engines::sql::claim_doubt::ClaimAttempt;
+use crate::engines::sql::dialect::{
+    renew_returning, DialectFacts, OpenedTarget, SqlDialect, TableStatements,
+};
+use crate::engines::sql::driver::{rows_on, Driver, SqlResult};
+use crate::engines::sql::errors::Failure;
+use crate::engines::sql::ids::HeldRow;
+use crate::engines::sql::retry::with_rollback_retry;
+use crate::engines::sql::table_queue::TableQueue;
+use crate::engines::sql::target::{
+    invalid_dsn, server_pool_options, with_keepalive, ServerAddress, SqlTarget,
+};
+use crate::queue::engine::{Held, NewMessage, StoredMessage};
+use crate::queue::wake::WakeBoard;
+use crate::support::dsn::SqlDsn;
+use crate::support::error::Result;
+use crate::support::targets::Targets;
+use futures_util::future::BoxFuture;
+use listener::PgNotifyListener;
+use sqlx::error::DatabaseError;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Row};
+use statements::PgStatements;
+use std::str::FromStr;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+pub struct Postgres;
+
+/// PostgreSQL's per-DSN state: the LISTEN connection shared by the DSN's queues (none through
+/// a transaction pooler without `listenDsn`).
+pub struct PgExtra {
+    listener: Option<Arc<PgNotifyListener>>,
+    transaction_pooled: bool,
+    polling: pooler::PollingNotice,
+}
+
+static TARGETS: LazyLock<Targets<SqlTarget<Postgres>>> = LazyLock::new(Targets::default);
+
+impl SqlDialect for Postgres {
+    type Db = sqlx::Postgres;
+    type Extra = PgExtra;
+    type Statements = PgStatements;
+
+    const FACTS: DialectFacts = DialectFacts {
+        name: "postgres",
+        label: "PostgreSQL",
+        push_wakeup: true,
+        shared_poll: false,
+        has_server: true,
+    };
+    const TOKEN_OF: &'static str = statements::TOKEN_OF;
+
+    fn targets() -> &'static Targets<SqlTarget<Self>> {
+        &TARGETS
+    }
+
+    /// A transport with another `listenDsn` gets a target of its own.
+    fn target_key(dsn: &SqlDsn, connect_timeout: Duration) -> Result<String> {
+        let listen = dsn.listen.as_ref().map_or("", |l| l.driver_url.as_str());
+        Ok(format!(
+            "{} connect_timeout_ms={} listen={listen}",
+            dsn.driver_url,
+            connect_timeout.as_millis()
+        ))
+    }
+
+    fn open_target(
+        dsn: &SqlDsn,
+        connect_timeout: Duration,
+        board: &Arc<WakeBoard>,
+    ) -> Result<OpenedTarget<Self>> {
+        let transaction_pooled =
+            pooler::transaction_pooled(&dsn.driver_url).map_err(|e| invalid_dsn(dsn, e))?;
+        let options = connect_options(dsn)?;
+        let server = server_of(&options);
+        // Through a transaction pooler a session setting would stay on a server connection
+        // that other clients (other applications) are lent next.
+        let session_setup = (!transaction_pooled).then_some(session_defaults::SESSION_SETUP);
+        let pool = with_keepalive(
+            server_pool_options(connect_timeout),
+            server.clone(),
+            session_setup,
+        )
+        .connect_lazy_with(options.clone());
+        let listen_options = match &dsn.listen {
+            Some(listen) => Some(connect_options(listen)?),
+            None => (!transaction_pooled).then(|| options.clone()),
+        };
+        let listener = listen_options.map(|listen_options| {
+            let listener_pool = with_keepalive(
+                PgPoolOptions::new()
+                    .max_connections(1)
+                    .test_before_acquire(false)
+                    .acquire_timeout(connect_timeout)
+                    .idle_timeout(None),
+                server_of(&listen_options),
+                None,
+            )
+            .connect_lazy_with(listen_options);
+            PgNotifyListener::new(listener_pool, board.clone())
+        });
+        Ok(OpenedTarget {
+            pool,
+            probe: Some(options),
+            extra: PgExtra {
+                listener,
+                transaction_pooled,
+                polling: pooler::PollingNotice::default(),
+            },
+        })
+    }
+
+    fn transaction_pooled(extra: &PgExtra) -> bool {
+        extra.transaction_pooled
+    }
+
+    fn close_target(target: &SqlTarget<Self>) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(listener) = &target.extra.listener {
+                listener.stop().await;
+            }
+        })
+    }
+
+    fn statements(table: &str, notify: bool) -> (TableStatements, PgStatements) {
+        statements::statements(table, notify)
+    }
+
+    fn classify_database(err: &dyn DatabaseError) -> Failure {
+        errors::classify_database(err)
+    }
+
+    fn describe(err: &dyn DatabaseError) -> String {
+        errors::describe(err)
+    }
+
+    fn database_cause(err: &dyn DatabaseError) -> crate::support::error::Cause {
+        errors::cause(err)
+    }
+
+    /// PostgreSQL text cannot hold NUL: such a message is refused alone, before it is queued,
+    /// instead of failing every send it would be written with.
+    fn check_message(_queue: &TableQueue<Self>, message: &NewMessage) -> Result<()> {
+        if message.body.contains('\0') || message.headers.contains('\0') {
+            return Err(crate::support::error::Error::invalid_argument(
+                "PostgreSQL transport cannot store a message whose encoded body or headers contain the NUL character (\\u0000); PostgreSQL text does not allow it.",
+            ));
+        }
+        Ok(())
+    }
+
+    fn watch(queue: &TableQueue<Self>, counters: &Arc<crate::queue::stats::Counters>) {
+        if queue.config.use_notify {
+            match &queue.target.extra.listener {
+                Some(listener) => listener.watch(counters),
+                None => queue.target.extra.polling.watch(counters),
+            }
+        }
+    }
+
+    fn push_ready(queue: &TableQueue<Self>) -> bool {
+        let extra = &queue.target.extra;
+        match &extra.listener {
+            Some(listener) => listener.is_listening(&queue.config.table),
+            None => {
+                extra.polling.tell();
+                false
+            }
+        }
+    }
+
+    fn insert(
+        queue: &TableQueue<Self>,
+        messages: Vec<NewMessage>,
+    ) -> BoxFuture<'_, Result<Vec<String>>> {
+        Box::pin(async move {
+            let count = messages.len();
+            let mut bodies = Vec::with_capacity(count);
+            let mut headers = Vec::with_capacity(count);
+            let mut delays = Vec::with_capacity(count);
+            for m in messages {
+                bodies.push(m.body);
+                headers.push(m.headers);
+                delays.push(m.delay_ms);
+            }
+            let rows = with_rollback_retry(Self::classify, || async {
+                let mut conn = queue.target.acquire_for_write().await?;
+                let insert = sqlx::query::<sqlx::Postgres>(&queue.sql.insert)
+                    .bind(&queue.config.queue)
+                    .bind(&bodies)
+                    .bind(&headers)
+                    .bind(&delays)
+                    .bind(&queue.config.table);
+                let rows = rows_on(&mut *conn, pooled(queue), insert).await?;
+                queue.target.send_connection.keep(conn);
+                Ok(rows)
+            })
+            .await
+            .map_err(|e| queue.target.write_error("send", "the messages", &e))?;
+            let mut ids = Vec::with_capacity(rows.len());
+            for row in &rows {
+                ids.push(
+                    row.try_get::<String, _>("id")
+                        .map_err(|e| queue.err("send", e))?,
+                );
+            }
+            // Ids ascend in insertion order; sort numerically (text order would put "10" < "9").
+            ids.sort_by_key(|id| (id.len(), id.clone()));
+            Ok(ids)
+        })
+    }
+
+    fn claim<'a>(
+        queue: &'a TableQueue<Self>,
+        limit: u32,
+        attempt: &'a mut ClaimAttempt,
+    ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>> {
+        Box::pin(async move {
+            let kept = &queue.target.claim_connection;
+            let mut conn = kept.take(&queue.target.pool).await?;
+            let claim = sqlx::query::<sqlx::Postgres>(&queue.sql.claim)
+                .bind(&queue.config.queue)
+                .bind(queue.config.redeliver_timeout_seconds)
+                .bind(i64::from(limit))
+                .bind(attempt.nonce)
+                .bind(attempt.span_ms);
+            let rows = rows_on(&mut *conn, pooled(queue), claim).await?;
+            // A full claim is followed by another soon (the read-ahead).
+            if rows.len() >= limit as usize {
+                kept.keep(conn);
+            }
+            rows.iter().map(sqlx::Postgres::claimed_of).collect()
+        })
+    }
+
+    /// The claim's reply is all there is: its rows are those of the queue stamped with the
+    /// attempt's residue within the time it can have run in, but for this process's own
+    /// claims since (see `claim_doubt`).
+    fn release_in_doubt<'a>(
+        queue: &'a TableQueue<Self>,
+        attempt: &'a ClaimAttempt,
+    ) -> BoxFuture<'a, SqlResult<()>> {
+        Box::pin(async move {
+            let release = sqlx::query::<sqlx::Postgres>(&queue.sql.release_stamped)
+                .bind(&queue.config.table)
+                .bind(&queue.config.queue)
+                .bind(attempt.nonce)
+                .bind(attempt.window().as_secs_f64())
+                .bind(attempt.span_ms)
+                .bind(queue.target.recent_claims.sharing_residue(attempt));
+            let mut conn = queue.target.pool.acquire().await?;
+            rows_on(&mut *conn, pooled(queue), release).await?;
+            Ok(())
+        })
+    }
+
+    fn redeliver<'a>(
+        queue: &'a TableQueue<Self>,
+        id: i64,
+        token: Option<i64>,
+        copy: &'a NewMessage,
+    ) -> BoxFuture<'a, SqlResult<Option<String>>> {
+        Box::pin(async move {
+            let redeliver = sqlx::query::<sqlx::Postgres>(&queue.sql.redeliver)
+                .bind(id)
+                .bind(&copy.body)
+                .bind(&copy.headers)
+                .bind(copy.delay_ms)
+                .bind(&queue.config.table)
+                .bind(token);
+            let mut conn = queue.target.pool.acquire().await?;
+            let rows = rows_on(&mut *conn, pooled(queue), redeliver).await?;
+            rows.first()
+                .map(|r| r.try_get::<String, _>("id"))
+                .transpose()
+        })
+    }
+
+    fn release(queue: &TableQueue<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>> {
+        Box::pin(async move {
+            let sql = format!(
+                "{}{condition}{}",
+                queue.sql.release_head, queue.sql.release_tail
+            );
+            let release = sqlx::query::<sqlx::Postgres>(&sql)
+                .persistent(false)
+                .bind(&queue.config.table);
+            let mut conn = queue.target.pool.acquire().await?;
+            rows_on(&mut *conn, pooled(queue), release).await?;
+            Ok(())
+        })
+    }
+
+    /// Stamped with a whole renewal grain, which no claim's residue is: a lost claim's
+    /// release never takes a live renewal (see `claim_doubt`).
+    fn renew(queue: &TableQueue<Self>, rows: Vec<HeldRow>) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
+        renew_returning(queue, &queue.sql.renew_head, &rows)
+    }
+}
+
+/// Whether `queue`'s statements with binds each need a transaction of their own.
+fn pooled(queue: &TableQueue<Postgres>) -> bool {
+    queue.target.extra.transaction_pooled
+}
+
+/// The driver's options for `dsn`: its TLS mode (see `tls_modes`), plain on loopback when it
+/// says nothing of TLS, and no `extra_float_digits` startup parameter, which PgBouncer refuses
+/// ("unsupported startup parameter") unless told to ignore it. The parameter only changes how
+/// floats are written as text, and no float is read as text here (binds and rows are binary).
+fn connect_options(dsn: &SqlDsn) -> Result<PgConnectOptions> {
+    let tls = tls_modes::tls_choice(&dsn.driver_url).map_err(|e| invalid_dsn(dsn, e))?;
+    let options = PgConnectOptions::from_str(&tls.url)
+        .map_err(|e| invalid_dsn(dsn, e))?
+        .extra_float_digits(None)
+        .disable_statement_logging();
+    Ok(match tls.mode {
+        Some(mode) => options.ssl_mode(mode.for_sqlx()),
+        None => session_defaults::plain_on_loopback(options, &tls.url),
+    })
+}
+
+fn server_of(options: &PgConnectOptions) -> ServerAddress {
+    ServerAddress {
+        host: options.get_host().to_owned(),
+        port: options.get_port(),
+    }
+}

@@ -1,0 +1,448 @@
+//! One poll per (connection target, table) for the idle consumers of a dialect without push
+//! wake-ups (MySQL/MariaDB, SQLite). Each idle consumer registers its queue here instead of
+//! polling on its own; one task per table runs a single statement per interval that answers
+//! for every registered queue (when its next row is due), wakes the queues with rows due now,
+//! and keeps a timer for the rest (delayed messages, leases of claims that may lapse). Idle
+//! cost is then one statement per table and interval, whatever the number of queues.
+//!
+//! The task exists only while some consumer of the table idles; a failed poll wakes every
+//! registered consumer, so that each meets the failure in its own claim and rides it out as
+//! usual instead of waiting on a poll that cannot answer.
+
+use super::dialect::SqlDialect;
+use super::driver::{Driver, DueRow, SqlResult};
+use super::target::SqlTarget;
+use crate::queue::wake::WakeBoard;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// Added to every due time: the stored times have millisecond precision (and MySQL's may be
+/// rounded up), so a wake-up at the exact instant could come a fraction early and find nothing.
+const DUE_MARGIN: Duration = Duration::from_millis(2);
+
+/// What one idle consumer asked for: its queue, its poll interval and its claims' lease.
+#[derive(Debug, Clone)]
+pub struct IdleQueue {
+    pub queue: String,
+    pub interval: Duration,
+    pub lease: Duration,
+}
+
+/// The table pollers of one target, by table.
+#[derive(Default)]
+pub struct TablePollers {
+    tables: Mutex<HashMap<String, Arc<TablePoller>>>,
+    /// Ends every poll task when the target closes.
+    pub stop: CancellationToken,
+}
+
+impl TablePollers {
+    fn poller(&self, table: &str) -> Arc<TablePoller> {
+        let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        tables
+            .entry(table.to_owned())
+            .or_insert_with(|| Arc::new(TablePoller::new(table)))
+            .clone()
+    }
+
+    /// Polls run so far for the idle consumers of `table`.
+    pub fn polls(&self, table: &str) -> u64 {
+        let tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        tables
+            .get(table)
+            .map_or(0, |p| p.polls.load(Ordering::Relaxed))
+    }
+
+    /// A row of `queue` stored by this process becomes due at `at`: its idle consumers are
+    /// woken then, without waiting for the next poll to see it.
+    pub fn expect(&self, table: &str, queue: &str, at: Instant) {
+        let tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(poller) = tables.get(table) {
+            poller.expect(queue, at + DUE_MARGIN);
+        }
+    }
+}
+
+/// Registers an idle consumer of `table` with the target's poller (starting the poller's task
+/// if it is not running) until the returned watch is dropped.
+pub fn watch<D: SqlDialect>(target: &Arc<SqlTarget<D>>, table: &str, idle: IdleQueue) -> IdleWatch {
+    let poller = target.pollers.poller(table);
+    let (id, start, shorter) = {
+        let mut state = poller.lock();
+        let shorter = state.interval().is_some_and(|i| idle.interval < i);
+        state.next_id += 1;
+        let id = state.next_id;
+        state.watchers.insert(id, idle);
+        let start = !state.running;
+        state.running = true;
+        (id, start, shorter)
+    };
+    if start {
+        tokio::spawn(run(
+            Arc::downgrade(target),
+            poller.clone(),
+            target.pollers.stop.clone(),
+        ));
+    } else if shorter {
+        poller.changed.notify_one();
+    }
+    IdleWatch { poller, id }
+}
+
+/// An idle consumer's registration; dropping it ends it.
+pub struct IdleWatch {
+    poller: Arc<TablePoller>,
+    id: u64,
+}
+
+impl IdleWatch {
+    /// Whether the table's poll answered within `window`: while it does, a consumer needs no
+    /// statement of its own to learn that nothing is due.
+    pub fn fresh(&self, window: Duration) -> bool {
+        self.poller
+            .lock()
+            .answered_at
+            .is_some_and(|at| at.elapsed() <= window)
+    }
+}
+
+impl Drop for IdleWatch {
+    fn drop(&mut self) {
+        self.poller.lock().watchers.remove(&self.id);
+    }
+}
+
+pub struct TablePoller {
+    table: String,
+    state: Mutex<PollState>,
+    /// A registration or an expected due time changed the plan.
+    changed: Notify,
+    polls: AtomicU64,
+}
+
+#[derive(Default)]
+struct PollState {
+    watchers: HashMap<u64, IdleQueue>,
+    next_id: u64,
+    /// A task is running (set and cleared under the lock, so a registration never finds a
+    /// task that is about to leave).
+    running: bool,
+    /// When a queue's next row is due, as the last poll or a send of this process said.
+    due: HashMap<String, Instant>,
+    /// When a poll last answered.
+    answered_at: Option<Instant>,
+}
+
+impl PollState {
+    /// The registered queues, each with the shortest lease any of its consumers gave.
+    fn queues(&self) -> HashMap<&str, Duration> {
+        let mut queues: HashMap<&str, Duration> = HashMap::new();
+        for w in self.watchers.values() {
+            queues
+                .entry(w.queue.as_str())
+                .and_modify(|lease| *lease = (*lease).min(w.lease))
+                .or_insert(w.lease);
+        }
+        queues
+    }
+
+    fn interval(&self) -> Option<Duration> {
+        self.watchers.values().map(|w| w.interval).min()
+    }
+
+    fn note_due(&mut self, queue: &str, at: Instant) {
+        self.due
+            .entry(queue.to_owned())
+            .and_modify(|due| *due = (*due).min(at))
+            .or_insert(at);
+    }
+
+    /// Takes the queues due by `now`.
+    fn take_due(&mut self, now: Instant) -> Vec<String> {
+        let due: Vec<String> = self
+            .due
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(queue, _)| queue.clone())
+            .collect();
+        for queue in &due {
+            self.due.remove(queue);
+        }
+        due
+    }
+
+    /// Applies a poll's answer, read at `answered`: returns the queues due now and notes when
+    /// the others will be. A row under a name no consumer registered (a server collation that
+    /// matched it to one, say `Orders` for `orders`) counts for every registered queue, so that
+    /// no consumer misses a row its claim would take.
+    fn apply(&mut self, rows: &[DueRow], answered: Instant) -> Vec<String> {
+        let queues: HashMap<String, Duration> = self
+            .queues()
+            .into_iter()
+            .map(|(q, lease)| (q.to_owned(), lease))
+            .collect();
+        let mut now = Vec::new();
+        for row in rows {
+            let targets: Vec<(&String, &Duration)> = match queues.get_key_value(&row.queue) {
+                Some(hit) => vec![hit],
+                None => queues.iter().collect(),
+            };
+            for (queue, lease) in targets {
+                let Some(in_ms) = due_in_ms(row, *lease) else {
+                    continue;
+                };
+                if in_ms <= 0.0 {
+                    now.push(queue.clone());
+                } else {
+                    self.note_due(
+                        queue,
+                        answered + crate::support::durations::millis(in_ms) + DUE_MARGIN,
+                    );
+                }
+            }
+        }
+        now.sort();
+        now.dedup();
+        for queue in &now {
+            self.due.remove(queue);
+        }
+        now
+    }
+}
+
+/// Milliseconds until a row of the queue is claimable (≤ 0: now), `None` if it has none: an
+/// unclaimed row at its `available_at`, a claimed one when its lease runs out.
+fn due_in_ms(row: &DueRow, lease: Duration) -> Option<f64> {
+    let held = row.held_ms.map(|ms| ms + lease.as_secs_f64() * 1000.0);
+    match (row.free_ms, held) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl TablePoller {
+    fn new(table: &str) -> Self {
+        Self {
+            table: table.to_owned(),
+            state: Mutex::default(),
+            changed: Notify::new(),
+            polls: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PollState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn expect(&self, queue: &str, at: Instant) {
+        self.lock().note_due(queue, at);
+        self.changed.notify_one();
+    }
+
+    fn wake(&self, board: &WakeBoard, queues: &[String]) {
+        for queue in queues {
+            board.wake(&self.table, queue);
+        }
+    }
+}
+
+/// The poll task of one table: polls every interval (the shortest any registered consumer
+/// asked for) while consumers idle, and wakes queues as their rows come due in between.
+async fn run<D: SqlDialect>(
+    target: Weak<SqlTarget<D>>,
+    poller: Arc<TablePoller>,
+    stop: CancellationToken,
+) {
+    let mut next_poll = Instant::now();
+    loop {
+        let (interval, next_due) = {
+            let mut state = poller.lock();
+            match state.interval() {
+                Some(interval) => (interval, state.due.values().min().copied()),
+                None => {
+                    // A consumer that idles again later is covered by the new task's first
+                    // poll, at once.
+                    state.running = false;
+                    state.due.clear();
+                    return;
+                }
+            }
+        };
+        let now = Instant::now();
+        if now >= next_poll {
+            let Some(target) = target.upgrade() else {
+                poller.lock().running = false;
+                return;
+            };
+            poll_once(&target, &poller).await;
+            next_poll = Instant::now() + interval;
+            continue;
+        }
+        let until = next_due.map_or(next_poll, |due| due.min(next_poll));
+        tokio::select! {
+            _ = tokio::time::sleep_until(until.into()) => {}
+            _ = poller.changed.notified() => {
+                // A shorter interval takes effect from the last poll.
+                let interval = poller.lock().interval().unwrap_or(interval);
+                next_poll = next_poll.min(Instant::now() + interval);
+            }
+            _ = stop.cancelled() => {
+                poller.lock().running = false;
+                return;
+            }
+        }
+        let due = poller.lock().take_due(Instant::now());
+        if let Some(target) = target.upgrade() {
+            poller.wake(&target.board, &due);
+        }
+    }
+}
+
+/// One statement for every registered queue; on failure every registered consumer is woken
+/// to claim (and meet the failure itself).
+async fn poll_once<D: SqlDialect>(target: &SqlTarget<D>, poller: &TablePoller) {
+    let sql = {
+        let state = poller.lock();
+        let mut names: Vec<&str> = state.queues().into_keys().collect();
+        if names.is_empty() {
+            return;
+        }
+        names.sort_unstable();
+        D::due_by_queue(&poller.table, &names)
+    };
+    poller.polls.fetch_add(1, Ordering::Relaxed);
+    let bound = target.connect_timeout + super::table_queue::STATEMENT_BOUND;
+    let answer = tokio::time::timeout(bound, fetch_due(target, &sql)).await;
+    let wake_now = {
+        let mut state = poller.lock();
+        match answer {
+            Ok(Ok(rows)) => {
+                let answered = Instant::now();
+                state.answered_at = Some(answered);
+                state.apply(&rows, answered)
+            }
+            Ok(Err(err)) => {
+                target.note(&err);
+                state.queues().into_keys().map(str::to_owned).collect()
+            }
+            Err(_) => state.queues().into_keys().map(str::to_owned).collect(),
+        }
+    };
+    poller.wake(&target.board, &wake_now);
+}
+
+/// Runs a poll. On a server, on the connection claims keep (see `KeptConnection`): the claim a
+/// poll wakes finds it, and a poll every interval keeps no other connection open.
+async fn fetch_due<D: SqlDialect>(target: &SqlTarget<D>, sql: &str) -> SqlResult<Vec<DueRow>> {
+    if !D::FACTS.has_server {
+        let mut conn = target.pool.acquire().await?;
+        return D::Db::fetch_due(&mut conn, sql).await;
+    }
+    let kept = &target.claim_connection;
+    let mut conn = kept.take(&target.pool).await?;
+    let rows = D::Db::fetch_due(&mut conn, sql).await?;
+    // Once the target closes, a kept connection would hold its pool's close.
+    if !target.pollers.stop.is_cancelled() {
+        kept.keep(conn);
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn idle(queue: &str, lease_s: u64) -> IdleQueue {
+        IdleQueue {
+            queue: queue.to_owned(),
+            interval: Duration::from_millis(100),
+            lease: Duration::from_secs(lease_s),
+        }
+    }
+
+    fn row(queue: &str, free_ms: Option<f64>, held_ms: Option<f64>) -> DueRow {
+        DueRow {
+            queue: queue.to_owned(),
+            free_ms,
+            held_ms,
+        }
+    }
+
+    fn state_of(watchers: &[IdleQueue]) -> PollState {
+        let mut state = PollState::default();
+        for (i, w) in watchers.iter().enumerate() {
+            state.watchers.insert(i as u64, w.clone());
+        }
+        state
+    }
+
+    #[test]
+    fn wakes_the_queues_with_rows_due_and_schedules_the_others() {
+        let mut state = state_of(&[idle("a", 60), idle("b", 60), idle("c", 60)]);
+        let answered = Instant::now();
+        let now = state.apply(
+            &[row("a", Some(-5.0), None), row("b", Some(2000.0), None)],
+            answered,
+        );
+        assert_eq!(now, vec!["a".to_owned()]);
+        assert_eq!(
+            state.due.get("b"),
+            Some(&(answered + Duration::from_millis(2000) + DUE_MARGIN))
+        );
+        assert!(!state.due.contains_key("c"));
+        assert_eq!(
+            state.take_due(answered + Duration::from_secs(3)),
+            vec!["b".to_owned()]
+        );
+        assert!(state.due.is_empty());
+    }
+
+    #[test]
+    fn a_claimed_row_is_due_when_its_lease_runs_out() {
+        let mut state = state_of(&[idle("a", 10), idle("b", 10)]);
+        let answered = Instant::now();
+        // Claimed 11 s ago with a 10 s lease: lapsed. Claimed 4 s ago: due in 6 s.
+        let now = state.apply(
+            &[
+                row("a", None, Some(-11_000.0)),
+                row("b", None, Some(-4_000.0)),
+            ],
+            answered,
+        );
+        assert_eq!(now, vec!["a".to_owned()]);
+        assert_eq!(
+            state.due.get("b"),
+            Some(&(answered + Duration::from_millis(6000) + DUE_MARGIN))
+        );
+    }
+
+    #[test]
+    fn a_row_under_an_unregistered_name_counts_for_every_queue() {
+        let mut state = state_of(&[idle("Orders", 60), idle("mail", 60)]);
+        let now = state.apply(&[row("orders", Some(0.0), None)], Instant::now());
+        assert_eq!(now, vec!["Orders".to_owned(), "mail".to_owned()]);
+    }
+
+    #[test]
+    fn the_shortest_interval_and_lease_win() {
+        let mut fast = idle("a", 5);
+        fast.interval = Duration::from_millis(20);
+        let state = state_of(&[idle("a", 60), fast]);
+        assert_eq!(state.interval(), Some(Duration::from_millis(20)));
+        assert_eq!(state.queues().get("a"), Some(&Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn an_earlier_expectation_is_kept() {
+        let mut state = PollState::default();
+        let t = Instant::now();
+        state.note_due("a", t + Duration::from_secs(5));
+        state.note_due("a", t + Duration::from_secs(1));
+        state.note_due("a", t + Duration::from_secs(3));
+        assert_eq!(state.due.get("a"), Some(&(t + Duration::from_secs(1))));
+    }
+}

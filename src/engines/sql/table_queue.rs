@@ -1,0 +1,472 @@
+//! The table queue, written once over every dialect: one queue name in one table, as the
+//! [`Engine`] the engine-independent queue drives. It owns the glue that is the same in every
+//! dialect (first contact, retries, error reporting, id parsing, list, find, count, leases,
+//! releases, idle waits, shutdown) and hands the dialect only what is its own.
+
+use super::claim_doubt::{stamp_span_ms, ClaimAttempt, InDoubt};
+use super::dialect::{SqlDialect, TableStatements};
+use super::driver::{Driver, Param, SqlResult};
+use super::errors::outcome_unknown;
+use super::ids::{held_condition, held_rows, row_id, HeldRow};
+use super::retry::with_transient_retry;
+use super::table_poller::{self, IdleQueue};
+use super::target::SqlTarget;
+use crate::queue::engine::{Engine, Held, NewMessage, StoredMessage};
+use crate::queue::wake::{WaitOutcome, WakeSignal};
+use crate::support::dsn::SqlDsn;
+use crate::support::error::{Cause, Error, Result};
+use futures_util::future::BoxFuture;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// The options a table queue needs besides its DSN.
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    pub table: String,
+    pub queue: String,
+    pub redeliver_timeout_seconds: f64,
+    pub use_notify: bool,
+    pub connect_timeout: Duration,
+    pub poll_interval: Duration,
+    pub notify_timeout: Duration,
+}
+
+/// One queue of one table in dialect `D`.
+pub struct TableQueue<D: SqlDialect> {
+    pub target: Arc<SqlTarget<D>>,
+    pub config: QueueConfig,
+    /// The dialect's own statements.
+    pub sql: D::Statements,
+    shared_sql: TableStatements,
+    wake: Arc<WakeSignal>,
+    /// Claims whose reply was lost: their rows are released before the next claim.
+    in_doubt: InDoubt,
+}
+
+impl<D: SqlDialect> TableQueue<D> {
+    /// Joins the DSN's shared target; opens no connection.
+    pub fn open(dsn: &SqlDsn, config: QueueConfig) -> Result<Self> {
+        let target = SqlTarget::<D>::join(dsn, config.connect_timeout)?;
+        let wake = target.board.signal(&config.table, &config.queue);
+        let (shared_sql, sql) = D::statements(&config.table, config.use_notify);
+        Ok(Self {
+            target,
+            config,
+            sql,
+            shared_sql,
+            wake,
+            in_doubt: InDoubt::default(),
+        })
+    }
+
+    /// A driver error of operation `op` as the user's error.
+    pub fn err(&self, op: &str, e: sqlx::Error) -> Error {
+        self.target.error(op, &e)
+    }
+
+    pub async fn ready(&self, op: &str) -> Result<()> {
+        self.target.ensure_reachable(op).await
+    }
+
+    /// The most any one operation may take: `connectTimeoutMs` plus `STATEMENT_BOUND`.
+    pub fn response_bound(&self) -> Duration {
+        self.config.connect_timeout + STATEMENT_BOUND
+    }
+
+    /// Runs `operation` within the response bound. A write that runs out of it may have been
+    /// applied: `what` (the messages of a send) is named in the error, never sent again.
+    async fn bounded<T>(
+        &self,
+        op: &str,
+        what: Option<&str>,
+        operation: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.response_bound(), operation).await {
+            Ok(result) => result,
+            Err(_) => {
+                let unknown = what.map_or(String::new(), |what| {
+                    format!(" ({what} may have been stored; not sent again)")
+                });
+                let detail = format!(
+                    "no reply from the server within {} ms",
+                    self.response_bound().as_millis()
+                );
+                Err(Error::connection(format!(
+                    "{} transport failed during \"{op}\": {detail}{unknown}",
+                    D::FACTS.label,
+                ))
+                .caused_by(Cause::timed_out(detail)))
+            }
+        }
+    }
+
+    /// One claim attempt, after releasing the rows of earlier ones whose reply was lost. An
+    /// attempt that failed without an answer is kept in doubt.
+    async fn claim_once(&self, limit: u32) -> SqlResult<Vec<StoredMessage>> {
+        self.release_in_doubt().await;
+        let mut attempt = ClaimAttempt::new(stamp_span_ms(self.claim_lease()));
+        let result = D::claim(self, limit, &mut attempt).await;
+        match &result {
+            Ok(rows) => {
+                if let Some(token) = rows.first().and_then(|r| r.token) {
+                    self.target.recent_claims.note(token);
+                }
+            }
+            Err(err) if outcome_unknown(err, D::classify(err)) => self.in_doubt.record(attempt),
+            Err(_) => {}
+        }
+        result
+    }
+
+    /// Runs one delete statement. On a server, on the connection the last delete used (see
+    /// `KeptConnection`): a worker's acks are written flush after flush, each as soon as the
+    /// one before it is done.
+    async fn delete_rows(&self, sql: &str) -> SqlResult<u64> {
+        if !D::FACTS.has_server {
+            let mut conn = self.target.pool.acquire().await?;
+            return D::Db::execute_counted(&mut conn, sql).await;
+        }
+        let kept = &self.target.ack_connection;
+        let mut conn = kept.take(&self.target.pool).await?;
+        let deleted = D::Db::execute_counted(&mut conn, sql).await?;
+        kept.keep(conn);
+        Ok(deleted)
+    }
+
+    /// Best effort: a release that fails is tried again by the next claim (the rows come
+    /// back at their lease at the latest).
+    async fn release_in_doubt(&self) {
+        for attempt in self.in_doubt.pending(self.claim_lease()) {
+            if D::release_in_doubt(self, &attempt).await.is_ok() {
+                self.in_doubt.settled(&attempt);
+            }
+        }
+    }
+
+    /// The queue-and-lease binds of the `count` and `next_due` statements.
+    fn queue_and_lease(&self) -> [Param<'_>; 2] {
+        [
+            Param::Text(&self.config.queue),
+            Param::Float(self.config.redeliver_timeout_seconds),
+        ]
+    }
+
+    /// Milliseconds until the next unclaimed row is due (≤ 0: due now), `None` if none is.
+    async fn next_due_in_ms(&self) -> Result<Option<f64>> {
+        let params = self.queue_and_lease();
+        self.bounded("claim", None, async {
+            D::Db::fetch_wait_ms(self.target.runner(), &self.shared_sql.next_due, &params)
+                .await
+                .map_err(|e| self.err("claim", e))
+        })
+        .await
+    }
+
+    /// Sleeps until the next delayed message is due, capped by the notify timeout while push
+    /// wake-ups are live, else by the poll interval; any wake-up (a NOTIFY, a send in this
+    /// process) or `cancel` ends it early.
+    async fn idle_wait(&self, seen: u64, cancel: &CancellationToken) -> Result<WaitOutcome> {
+        let push = D::FACTS.push_wakeup && self.config.use_notify && D::push_ready(self);
+        let cap = if push {
+            self.config.notify_timeout
+        } else {
+            self.config.poll_interval
+        };
+        if D::FACTS.shared_poll && cap > MIN_IDLE_WAIT {
+            return Ok(self.wait_for_shared_poll(seen, cancel).await);
+        }
+        let timeout = if cap <= MIN_IDLE_WAIT {
+            cap
+        } else {
+            // A failed peek just means "nothing scheduled": the cap still bounds the wait. The
+            // peek ends with the wait's cancel: an abort or a close() must not leave a native
+            // call running on a silent server after it (up to the statement bound), which
+            // kept a process that had closed everything from exiting cleanly.
+            let peek = tokio::select! {
+                peek = self.next_due_in_ms() => peek,
+                _ = cancel.cancelled() => return Ok(WaitOutcome::Cancelled),
+            };
+            match peek {
+                Ok(Some(ms)) => crate::support::durations::millis(ms)
+                    .min(cap)
+                    .max(MIN_IDLE_WAIT),
+                _ => cap,
+            }
+        };
+        Ok(self.wake.wait(seen, timeout, cancel).await)
+    }
+
+    /// Waits for a wake-up: a send, release or reject in this process, or the table's shared
+    /// poll (rows stored by other processes, delayed rows coming due, lapsed claims). The
+    /// consumer runs no statement of its own while that poll answers; when it stops answering
+    /// (a failed poll also wakes every consumer at once) the wait ends at its cap, and the
+    /// consumer claims as it would after any wake-up.
+    async fn wait_for_shared_poll(&self, seen: u64, cancel: &CancellationToken) -> WaitOutcome {
+        let interval = self.config.poll_interval;
+        let watch = table_poller::watch(
+            &self.target,
+            &self.config.table,
+            IdleQueue {
+                queue: self.config.queue.clone(),
+                interval,
+                lease: self.claim_lease(),
+            },
+        );
+        let cap = (interval * 10)
+            .clamp(MIN_SHARED_POLL_CAP, MAX_SHARED_POLL_CAP)
+            .max(interval * 2);
+        loop {
+            match self.wake.wait(seen, cap, cancel).await {
+                WaitOutcome::TimedOut if watch.fresh(cap) => continue,
+                outcome => return outcome,
+            }
+        }
+    }
+
+    /// A row this queue stored becomes due in `delay_ms`: the table's poll wakes the queue's
+    /// idle consumers then (a due row is woken for by the send itself).
+    fn expect_due(&self, delay_ms: f64) {
+        if D::FACTS.shared_poll && delay_ms > 0.0 && delay_ms.is_finite() {
+            let at = Instant::now() + crate::support::durations::millis(delay_ms);
+            self.target
+                .pollers
+                .expect(&self.config.table, &self.config.queue, at);
+        }
+    }
+}
+
+/// How long a statement may take past the connect timeout (which bounds getting a
+/// connection) before it is given up: a silent server (a network blackhole, a half-open
+/// socket) must not hold a send, a claim, a release or `close()` for ever.
+pub(super) const STATEMENT_BOUND: Duration = Duration::from_secs(10);
+
+/// How long `close()` tries to release the rows of claims whose reply was lost.
+const SHUTDOWN_RELEASE_BOUND: Duration = Duration::from_secs(2);
+
+/// Shortest idle wait: due rows that SKIP LOCKED skipped are re-tried this soon.
+const MIN_IDLE_WAIT: Duration = Duration::from_millis(10);
+
+/// Bounds of an idle wait on a shared poll (ten intervals within these): past it, a consumer
+/// whose table's poll has not answered for as long claims on its own.
+const MIN_SHARED_POLL_CAP: Duration = Duration::from_secs(1);
+const MAX_SHARED_POLL_CAP: Duration = Duration::from_secs(30);
+
+impl<D: SqlDialect> Engine for TableQueue<D> {
+    fn wake_signal(&self) -> Arc<WakeSignal> {
+        self.wake.clone()
+    }
+
+    fn attach_counters(&self, counters: Arc<crate::queue::stats::Counters>) {
+        D::watch(self, &counters);
+    }
+
+    fn shared_polls(&self) -> u64 {
+        self.target.pollers.polls(&self.config.table)
+    }
+
+    fn setup(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(self.bounded("setup", None, async move {
+            self.ready("setup").await?;
+            with_transient_retry(D::classify, || {
+                D::Db::set_up(
+                    &self.target.pool,
+                    self.shared_sql.setup_done.as_deref(),
+                    &self.shared_sql.setup,
+                )
+            })
+            .await
+            .map_err(|e| self.err("setup", e))
+        }))
+    }
+
+    fn check_message(&self, message: &NewMessage) -> Result<()> {
+        D::check_message(self, message)
+    }
+
+    fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>> {
+        // The send wakes the queue for its due messages; the soonest delayed one is expected.
+        let soonest = messages
+            .iter()
+            .map(|m| m.delay_ms)
+            .filter(|&delay| delay > 0.0)
+            .fold(f64::INFINITY, f64::min);
+        Box::pin(self.bounded("send", Some("the messages"), async move {
+            self.ready("send").await?;
+            let ids = D::insert(self, messages).await?;
+            self.expect_due(soonest);
+            Ok(ids)
+        }))
+    }
+
+    fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
+        Box::pin(self.bounded("claim", None, async move {
+            self.ready("claim").await?;
+            with_transient_retry(D::classify, || self.claim_once(limit))
+                .await
+                .map_err(|e| self.err("claim", e))
+        }))
+    }
+
+    fn idle<'a>(
+        &'a self,
+        seen: u64,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<WaitOutcome>> {
+        Box::pin(self.idle_wait(seen, cancel))
+    }
+
+    fn keep_claimed(&self, held: Vec<Held>) -> BoxFuture<'_, Result<Vec<Held>>> {
+        Box::pin(async move {
+            let rows = held_rows(&held);
+            if rows.is_empty() {
+                return Ok(Vec::new());
+            }
+            self.bounded("claim", None, async {
+                D::renew(self, rows).await.map_err(|e| self.err("claim", e))
+            })
+            .await
+        })
+    }
+
+    fn send_bound(&self) -> Duration {
+        self.response_bound()
+    }
+
+    fn unanswered_send(&self) -> Error {
+        let detail = format!(
+            "no reply from the server within {} ms",
+            self.send_bound().as_millis()
+        );
+        Error::connection(format!(
+            "{} transport failed during \"send\": {detail} (the message may have been stored; not sent again)",
+            D::FACTS.label,
+        ))
+        .caused_by(Cause::timed_out(detail))
+    }
+
+    fn claim_lease(&self) -> Duration {
+        crate::support::durations::secs(self.config.redeliver_timeout_seconds)
+    }
+
+    fn delete(&self, held: Vec<Held>) -> BoxFuture<'_, Result<u64>> {
+        Box::pin(async move {
+            let (fenced, by_id): (Vec<HeldRow>, Vec<HeldRow>) = held_rows(&held)
+                .into_iter()
+                .partition(|r| r.token.is_some());
+            let mut stale = 0;
+            for rows in [by_id, fenced] {
+                if rows.is_empty() {
+                    continue;
+                }
+                let sql = format!(
+                    "{}{}",
+                    self.shared_sql.delete_head,
+                    held_condition(&rows, D::TOKEN_OF)
+                );
+                let deleted = self
+                    .bounded("ack", None, async {
+                        with_transient_retry(D::classify, || self.delete_rows(&sql))
+                            .await
+                            .map_err(|e| self.err("ack", e))
+                    })
+                    .await?;
+                if rows[0].token.is_some() {
+                    stale = (rows.len() as u64).saturating_sub(deleted);
+                }
+            }
+            Ok(stale)
+        })
+    }
+
+    fn redeliver(&self, held: Held, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>> {
+        Box::pin(async move {
+            let Some(id) = row_id(&held.id) else {
+                return Ok(None);
+            };
+            let copied = self
+                .bounded("reject", None, async {
+                    with_transient_retry(D::classify, || D::redeliver(self, id, held.token, &copy))
+                        .await
+                        .map_err(|e| self.err("reject", e))
+                })
+                .await?;
+            if copied.is_some() {
+                self.expect_due(copy.delay_ms);
+            }
+            Ok(copied)
+        })
+    }
+
+    fn release(&self, held: Vec<Held>) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let rows = held_rows(&held);
+            if rows.is_empty() {
+                return Ok(());
+            }
+            let condition = held_condition(&rows, D::TOKEN_OF);
+            // Idempotent (it only clears a claim), so a stale pooled connection is retried:
+            // otherwise released rows would stay hidden for the whole lease.
+            self.bounded("release", None, async {
+                with_transient_retry(D::classify, || D::release(self, condition.clone()))
+                    .await
+                    .map_err(|e| self.err("release", e))
+            })
+            .await
+        })
+    }
+
+    fn list(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
+        Box::pin(async move {
+            let params = [Param::Text(&self.config.queue), Param::Int(limit.into())];
+            self.bounded("list", None, async {
+                self.ready("list").await?;
+                D::Db::fetch_messages(self.target.runner(), &self.shared_sql.list, &params)
+                    .await
+                    .map_err(|e| self.err("list", e))
+            })
+            .await
+        })
+    }
+
+    fn find(&self, id: String) -> BoxFuture<'_, Result<Option<StoredMessage>>> {
+        Box::pin(async move {
+            let Some(id) = row_id(&id) else {
+                return Ok(None);
+            };
+            self.bounded("find", None, async {
+                self.ready("find").await?;
+                D::Db::fetch_message(
+                    self.target.runner(),
+                    &self.shared_sql.find,
+                    &[Param::Int(id)],
+                )
+                .await
+                .map_err(|e| self.err("find", e))
+            })
+            .await
+        })
+    }
+
+    fn count(&self) -> BoxFuture<'_, Result<i64>> {
+        Box::pin(async move {
+            let params = self.queue_and_lease();
+            self.bounded("count", None, async {
+                self.ready("count").await?;
+                D::Db::fetch_count(self.target.runner(), &self.shared_sql.count, &params)
+                    .await
+                    .map_err(|e| self.err("count", e))
+            })
+            .await
+        })
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            // A last chance for rows a lost claim took, within a short bound: a server that
+            // is still away leaves them to their lease.
+            let _ = tokio::time::timeout(SHUTDOWN_RELEASE_BOUND, self.release_in_doubt()).await;
+            self.target.leave().await
+        })
+    }
+}

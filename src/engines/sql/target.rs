@@ -1,0 +1,329 @@
+//! One connection target per process and DSN, shared by every queue of every dialect: the
+//! pool, the first-contact probe, the wake board, and the one place driver errors become the
+//! user's errors.
+
+use super::claim_doubt::RecentClaims;
+use super::dialect::{DialectConnectOptions, OpenedTarget, SqlDialect};
+use super::driver::{Runner, SqlResult};
+use super::errors::Failure;
+use super::errors::{driver_error, no_answer, outcome_unknown};
+use super::kept_connection::KeptConnection;
+use super::table_poller::TablePollers;
+use crate::queue::wake::WakeBoard;
+use crate::support::dsn::SqlDsn;
+use crate::support::error::{Error, Result};
+use crate::support::targets::FirstContact;
+use sqlx::pool::{PoolConnection, PoolConnectionMetadata, PoolOptions};
+use sqlx::{ConnectOptions, Connection, Database, Pool};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// After a connection failure, pooled connections are suspect for this long: each write
+/// first checks its connection with a ping (they may all have died with the server).
+const SUSPECT_WINDOW: Duration = Duration::from_secs(30);
+
+/// How long the last queue out waits for the target's connections to close.
+const POOL_CLOSE_BOUND: Duration = Duration::from_secs(2);
+
+/// How long first contact waits for the pool's first connection before it opens a probe
+/// connection of its own (each connection costs the server a backend or a thread: on
+/// PostgreSQL about 6 ms of its CPU here).
+const PROBE_GRACE: Duration = Duration::from_millis(50);
+
+/// Connections per pool (per process and DSN) of a server dialect.
+pub const MAX_POOL_CONNECTIONS: u32 = 10;
+/// A pooled connection unused for this long is pinged before it is handed out: the server may
+/// have closed it meanwhile (a restart, a failover, an idle timeout in between), and a write on
+/// a connection that died unnoticed fails with its outcome unknown. Busy connections are never
+/// pinged: claims, acks and sends keep theirs from one statement to the next.
+const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
+
+pub struct SqlTarget<D: SqlDialect> {
+    key: String,
+    pub pool: Pool<D::Db>,
+    probe: Option<DialectConnectOptions<D>>,
+    pub connect_timeout: Duration,
+    pub secrets: Vec<String>,
+    pub board: Arc<WakeBoard>,
+    /// The shared polls of idle consumers, one per table (dialects without push wake-ups).
+    pub pollers: TablePollers,
+    first_contact: FirstContact,
+    /// When a statement last failed on a connection (pooled ones may be dead since).
+    connection_failed_at: Mutex<Option<Instant>>,
+    /// The tokens of this process's recent claims, spared by lost-claim releases.
+    pub recent_claims: RecentClaims,
+    /// The connection of the last claim, for the next one (PostgreSQL keeps it after a full
+    /// claim, MySQL after every claim: see each dialect's `claim`).
+    pub claim_connection: KeptConnection<D::Db>,
+    /// The connection of the last ack delete, for the next one.
+    pub ack_connection: KeptConnection<D::Db>,
+    /// The connection of the last send, for the next one (see [`acquire_for_write`]).
+    ///
+    /// [`acquire_for_write`]: SqlTarget::acquire_for_write
+    pub send_connection: KeptConnection<D::Db>,
+    pub extra: D::Extra,
+}
+
+impl<D: SqlDialect> SqlTarget<D> {
+    /// The live target of `dsn`, or a new one; the caller is one more user until [`leave`].
+    ///
+    /// [`leave`]: SqlTarget::leave
+    pub fn join(dsn: &SqlDsn, connect_timeout: Duration) -> Result<Arc<Self>> {
+        let key = D::target_key(dsn, connect_timeout)?;
+        D::targets().join(&key.clone(), || {
+            let board = Arc::new(WakeBoard::default());
+            let OpenedTarget { pool, probe, extra } = D::open_target(dsn, connect_timeout, &board)?;
+            Ok(Self {
+                key,
+                pool,
+                probe,
+                connect_timeout,
+                secrets: dsn.secrets.clone(),
+                board,
+                pollers: TablePollers::default(),
+                first_contact: FirstContact::default(),
+                connection_failed_at: Mutex::new(None),
+                recent_claims: RecentClaims::default(),
+                claim_connection: KeptConnection::default(),
+                ack_connection: KeptConnection::default(),
+                send_connection: KeptConnection::default(),
+                extra,
+            })
+        })
+    }
+
+    /// Called once by a closing queue; the last one out closes the target.
+    pub async fn leave(self: &Arc<Self>) {
+        if D::targets().leave(&self.key, self) {
+            self.pollers.stop.cancel();
+            D::close_target(self).await;
+            self.claim_connection.give_back();
+            self.ack_connection.give_back();
+            self.send_connection.give_back();
+            close_pool(&self.pool, POOL_CLOSE_BOUND).await;
+        }
+    }
+
+    /// Where the shared statements with binds run.
+    pub fn runner(&self) -> Runner<'_, D::Db> {
+        Runner {
+            pool: &self.pool,
+            in_transaction: D::transaction_pooled(&self.extra),
+        }
+    }
+
+    /// Whether the server has answered once (always, for an embedded database).
+    pub fn reached(&self) -> bool {
+        self.probe.is_none() || self.first_contact.reached()
+    }
+
+    /// Until the server has answered once, lets the dialect check the server on the pool's
+    /// first connection; if that connection is not there within `PROBE_GRACE`, connects
+    /// directly too (bounded by the connect timeout) so that an unreachable server fails soon
+    /// with its real cause (the pool retries a refused port silently until its timeout).
+    pub async fn ensure_reachable(&self, op: &str) -> Result<()> {
+        let Some(probe) = &self.probe else {
+            return Ok(());
+        };
+        self.first_contact
+            .ensure(|| async {
+                // The pool's connection goes on opening whatever happens here (a pool connect
+                // that fails gives up by itself: at once on a refusal by the server, within the
+                // connect timeout on a refused port), so the first statement waits for one
+                // connect, not two.
+                let grace = PROBE_GRACE.min(self.connect_timeout / 4);
+                let pool = self.pool.clone();
+                let mut pooled = tokio::spawn(async move { pool.acquire().await });
+                tokio::select! {
+                    joined = &mut pooled => {
+                        if let Ok(Ok(mut conn)) = joined {
+                            let checked = D::first_contact(&mut conn, self, op).await;
+                            // The operation that asked for first contact is next: it takes
+                            // this connection instead of opening a second one.
+                            if checked.is_ok() {
+                                crate::engines::sql::driver::release_now(conn).await;
+                            }
+                            return checked;
+                        }
+                        // Refused (credentials, a database gone): the probe says why.
+                    }
+                    _ = tokio::time::sleep(grace) => {}
+                }
+                // The probe's bound ends where the connect timeout began: failures still
+                // come within `connectTimeoutMs`.
+                let bound = self.connect_timeout.saturating_sub(grace);
+                let mut conn = match tokio::time::timeout(bound, probe.connect()).await {
+                    Ok(Ok(conn)) => conn,
+                    Ok(Err(err)) => return Err(self.error(op, &err)),
+                    Err(_) => {
+                        return Err(no_answer(
+                            D::FACTS.label,
+                            op,
+                            self.connect_timeout,
+                            &self.secrets,
+                        ))
+                    }
+                };
+                let checked = D::first_contact(&mut conn, self, op).await;
+                let _ = conn.close().await;
+                checked
+            })
+            .await
+    }
+
+    /// A connection for a statement that must not run twice (a send): the last send's
+    /// connection if it is kept, else a pooled one; checked with a ping first while pooled
+    /// connections are suspect, so that a connection the server dropped is found out before
+    /// the statement is sent, not after. Hand it to `send_connection.keep` once the send has
+    /// completed.
+    pub async fn acquire_for_write(&self) -> SqlResult<PoolConnection<D::Db>> {
+        let suspect = self
+            .connection_failed_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|at| at.elapsed() < SUSPECT_WINDOW);
+        let mut tries = 0;
+        loop {
+            let mut conn = self.send_connection.take(&self.pool).await?;
+            if !suspect {
+                return Ok(conn);
+            }
+            match tokio::time::timeout(self.connect_timeout, conn.ping()).await {
+                Ok(Ok(())) => return Ok(conn),
+                Ok(Err(_)) if tries < MAX_POOL_CONNECTIONS => conn.close_on_drop(),
+                Ok(Err(err)) => return Err(err),
+                Err(_) => {
+                    conn.close_on_drop();
+                    return Err(sqlx::Error::PoolTimedOut);
+                }
+            }
+            tries += 1;
+        }
+    }
+
+    /// Notes a failure: after a connection failure, pooled connections are suspect.
+    pub fn note(&self, err: &sqlx::Error) {
+        if D::classify(err) == Failure::Connection {
+            *self
+                .connection_failed_at
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        }
+    }
+
+    /// A write's driver error as the user's error: when the connection failed after the
+    /// statement may have reached the server, the error says the write may have been applied
+    /// (it is not repeated blindly).
+    pub fn write_error(&self, op: &str, what: &str, err: &sqlx::Error) -> Error {
+        let mut error = self.error(op, err);
+        if outcome_unknown(err, D::classify(err)) {
+            error.message = format!(
+                "{} (the connection was lost with the outcome unknown: {what} may have been stored; it was not sent again)",
+                error.message
+            );
+        }
+        error
+    }
+
+    /// A driver error as the user's error, classified by the dialect, secrets scrubbed.
+    pub fn error(&self, op: &str, err: &sqlx::Error) -> Error {
+        self.note(err);
+        let detail = match err {
+            sqlx::Error::PoolTimedOut => format!(
+                "no connection could be obtained within {} ms (server unreachable or pool exhausted)",
+                self.connect_timeout.as_millis()
+            ),
+            sqlx::Error::Database(db) => D::describe(db.as_ref()),
+            other => other.to_string(),
+        };
+        driver_error(
+            D::FACTS.label,
+            op,
+            D::classify(err),
+            &detail,
+            D::cause(err),
+            &self.secrets,
+        )
+    }
+}
+
+/// Closes `pool` until no connection is left, for at most `bound`. One `Pool::close` is not
+/// enough: a connection whose return to the pool (a ping, then back to the idle queue) was
+/// under way while the close ran can land in the idle queue after the close's last look at
+/// it, and would then stay open, idle, for as long as the pool lives (seen in the MariaDB
+/// soak: one connection still open seconds after every transport had closed).
+pub async fn close_pool<DB: Database>(pool: &Pool<DB>, bound: Duration) {
+    let until_empty = async {
+        loop {
+            pool.close().await;
+            if pool.size() == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(bound, until_empty).await.ok();
+}
+
+/// The pool settings of a server dialect.
+pub fn server_pool_options<DB: Database>(connect_timeout: Duration) -> PoolOptions<DB> {
+    PoolOptions::new()
+        .max_connections(MAX_POOL_CONNECTIONS)
+        // A ping before every use would double the round trips; only a connection that sat in
+        // the pool for a while is pinged (below), and a broken one met in use is retried
+        // (see with_transient_retry).
+        .test_before_acquire(false)
+        .before_acquire(
+            move |conn: &mut DB::Connection, meta: PoolConnectionMetadata| {
+                Box::pin(async move {
+                    if meta.idle_for < PING_IF_IDLE_FOR {
+                        return Ok(true);
+                    }
+                    // A failed or unanswered ping closes this connection and the pool hands out
+                    // another or opens one, before anything was written on it.
+                    match tokio::time::timeout(connect_timeout, conn.ping()).await {
+                        Ok(answered) => answered.map(|()| true),
+                        Err(_) => Ok(false),
+                    }
+                })
+            },
+        )
+        .min_connections(0)
+        .acquire_timeout(connect_timeout)
+        .idle_timeout(Duration::from_secs(60))
+}
+
+/// Where a server dialect's connections go, for their TCP keepalive.
+#[derive(Debug, Clone)]
+pub struct ServerAddress {
+    pub host: String,
+    pub port: u16,
+}
+
+/// `options` with an `after_connect` hook that gives each new connection TCP keepalive (see
+/// `crate::support::tcp_keepalive`) and then runs the dialect's session setup, if any.
+pub fn with_keepalive<DB: Database>(
+    options: PoolOptions<DB>,
+    server: ServerAddress,
+    session_setup: Option<&'static str>,
+) -> PoolOptions<DB>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    options.after_connect(move |conn, _meta| {
+        let server = server.clone();
+        Box::pin(async move {
+            crate::support::tcp_keepalive::keep_alive_sockets_to(&server.host, server.port).await;
+            if let Some(sql) = session_setup {
+                sqlx::Executor::execute(&mut *conn, sql).await?;
+            }
+            Ok(())
+        })
+    })
+}
+
+/// An "Invalid SQL DSN" error that shows the DSN only in its redacted form.
+pub fn invalid_dsn(dsn: &SqlDsn, cause: impl std::fmt::Display) -> Error {
+    Error::connection(format!("Invalid SQL DSN \"{}\": {cause}", dsn.redacted))
+        .redacted(&dsn.secrets)
+}

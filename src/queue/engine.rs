@@ -1,0 +1,125 @@
+//! The contract between the engine-independent queue (`crate::queue`) and a storage engine
+//! (the SQL engines in `crate::engines::sql`, Redis Streams in `crate::engines::redis`). Ids are strings: decimal
+//! row ids for SQL, `<ms>-<seq>` entry ids for streams.
+
+use crate::queue::wake::{WaitOutcome, WakeSignal};
+use crate::support::error::Result;
+use futures_util::future::BoxFuture;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// A stored message as an engine hands it out: its id, and body and headers exactly as
+/// stored (the serializer in JavaScript decodes them; nothing is re-parsed here).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMessage {
+    pub id: String,
+    pub body: String,
+    pub headers: String,
+    /// The claim this process holds on it (see [`Held`]); `None` when it was only read.
+    pub token: Option<i64>,
+}
+
+/// A message named for a settle, release or renewal: its id, and the token of the claim this
+/// process holds on it. A settle with a token is fenced: it applies only while that claim is
+/// still the message's current one, so a consumer whose lease lapsed and whose message was
+/// taken over cannot delete or copy the newer delivery. Without a token (a `find()` result)
+/// it goes by id. SQL tokens are the claim's `delivered_at` in microseconds; Redis fences by
+/// the group's pending owner, and its tokens only say "claimed by this consumer".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    pub id: String,
+    pub token: Option<i64>,
+}
+
+/// A message to store: `delay_ms` is added to the storage's own clock.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub body: String,
+    pub headers: String,
+    pub delay_ms: f64,
+}
+
+impl NewMessage {
+    /// A message due after `delay_ms`; a negative, NaN or infinite delay means "now".
+    pub fn new(body: String, headers: String, delay_ms: f64) -> Self {
+        let delay_ms = if delay_ms.is_finite() && delay_ms > 0.0 {
+            delay_ms
+        } else {
+            0.0
+        };
+        Self {
+            body,
+            headers,
+            delay_ms,
+        }
+    }
+}
+
+/// Everything a queue needs from storage, for one queue (table + queue name, or stream).
+pub trait Engine: Send + Sync {
+    /// The in-process wake signal of this queue (local sends bump it).
+    fn wake_signal(&self) -> Arc<WakeSignal>;
+
+    /// The engine's side of sends served on the JavaScript thread, if it has one.
+    fn direct_wire(self: Arc<Self>) -> Option<Arc<dyn crate::direct::sends::DirectWire>> {
+        None
+    }
+
+    /// Hands the engine its queue's counters, for what it rides out by itself (a Redis
+    /// consumer's failed reads); engines that surface every failure ignore them.
+    fn attach_counters(&self, _counters: Arc<crate::queue::stats::Counters>) {}
+    /// Polls this process ran for the idle consumers of this queue's table, shared by every
+    /// queue of it (0 where idle consumers wait without polling).
+    fn shared_polls(&self) -> u64 {
+        0
+    }
+    /// Creates what the queue needs (table and index, consumer group) if missing.
+    fn setup(&self) -> BoxFuture<'_, Result<()>>;
+    /// Refuses, before it is queued, a message the storage is known to be unable to take, so
+    /// that it fails alone instead of failing the batch it would be written with.
+    fn check_message(&self, _message: &NewMessage) -> Result<()> {
+        Ok(())
+    }
+    /// Stores a batch; returns the new ids in input order.
+    fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>>;
+    /// Claims up to `limit` due messages, oldest first, without waiting.
+    fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>>;
+    /// Waits while nothing is claimable: until woken, something may be due, or `cancel`.
+    /// `seen` is the wake signal's value read before the claim that came back empty.
+    /// Messages the wait itself claims are returned as `WaitOutcome::Claimed`, also when
+    /// `cancel` fired meanwhile, never kept by the engine: only the queue's buffer is released
+    /// and renewed.
+    fn idle<'a>(
+        &'a self,
+        seen: u64,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<WaitOutcome>>;
+    /// Removes messages (ack, discard); unknown ids are ignored. Returns how many fenced ones
+    /// were not removed because their claim was no longer current (stale settles).
+    fn delete(&self, held: Vec<Held>) -> BoxFuture<'_, Result<u64>>;
+    /// Atomically replaces message `held` by `copy`; `None` if it was gone (or, fenced, no
+    /// longer held by that claim).
+    fn redeliver(&self, held: Held, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>>;
+    /// Makes claimed-but-unhandled messages claimable by anyone at once (fenced ones only
+    /// while still held).
+    fn release(&self, held: Vec<Held>) -> BoxFuture<'_, Result<()>>;
+    /// Renews the claims this process still holds (buffered rows, and rows whose handler
+    /// runs), so that they are not taken over as abandoned. Returns the renewed ones with
+    /// their new tokens; a message missing from the answer was taken over by another
+    /// consumer (or settled) and is no longer this process's.
+    fn keep_claimed(&self, held: Vec<Held>) -> BoxFuture<'_, Result<Vec<Held>>>;
+    /// How long a claim lasts before other consumers may take the message over.
+    fn claim_lease(&self) -> Duration;
+    /// The most a send may take from the call to its answer, including any wait behind a
+    /// batch already being written; past it the send fails, saying it may have been stored
+    /// (its batch may still be written).
+    fn send_bound(&self) -> Duration;
+    /// The error of a send that got no answer within [`Engine::send_bound`].
+    fn unanswered_send(&self) -> crate::support::error::Error;
+    fn list(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>>;
+    fn find(&self, id: String) -> BoxFuture<'_, Result<Option<StoredMessage>>>;
+    fn count(&self) -> BoxFuture<'_, Result<i64>>;
+    /// Lets go of this queue's share of the connections; the last one out closes them.
+    fn shutdown(&self) -> BoxFuture<'_, ()>;
+}

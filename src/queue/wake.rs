@@ -1,0 +1,154 @@
+//! In-process wake-ups: one signal per (table, queue) and process, shared by every transport
+//! on that queue. Senders in this process bump it, and so does the PostgreSQL listener when a
+//! NOTIFY for the queue arrives; idle consumers wait on it instead of spinning.
+
+use crate::queue::engine::StoredMessage;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// A counter plus a notifier. A consumer reads the counter *before* it claims, and its wait
+/// returns at once if the counter moved since, so a wake-up that raced the claim is not lost.
+#[derive(Default)]
+pub struct WakeSignal {
+    seq: AtomicU64,
+    notify: Notify,
+}
+
+/// Why a wait ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum WaitOutcome {
+    Woken,
+    TimedOut,
+    Cancelled,
+    /// The wait itself claimed these (never empty): a blocking read is a wait and a claim at
+    /// once. They are the queue's from here, buffered as a claim's rows even if the wait was
+    /// cancelled meanwhile, so that releasing and renewing reach them.
+    Claimed(Vec<StoredMessage>),
+}
+
+impl WakeSignal {
+    pub fn seq(&self) -> u64 {
+        self.seq.load(Ordering::Acquire)
+    }
+
+    pub fn wake(&self) {
+        self.seq.fetch_add(1, Ordering::AcqRel);
+        self.notify.notify_waiters();
+    }
+
+    /// Resolves once the signal has moved past `seen`.
+    pub async fn changed(&self, seen: u64) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.seq() != seen {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Waits until the signal moves past `seen`, the timeout passes, or `cancel` fires.
+    pub async fn wait(
+        &self,
+        seen: u64,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> WaitOutcome {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        // Register before re-checking the counter: a wake between the check and the await
+        // would otherwise be missed.
+        notified.as_mut().enable();
+        if self.seq() != seen {
+            return WaitOutcome::Woken;
+        }
+        tokio::select! {
+            _ = &mut notified => WaitOutcome::Woken,
+            _ = tokio::time::sleep(timeout) => WaitOutcome::TimedOut,
+            _ = cancel.cancelled() => WaitOutcome::Cancelled,
+        }
+    }
+}
+
+/// The wake signals of one connection target (process and DSN), keyed by (table, queue).
+#[derive(Default)]
+pub struct WakeBoard {
+    signals: Mutex<HashMap<(String, String), Arc<WakeSignal>>>,
+}
+
+impl WakeBoard {
+    pub fn signal(&self, table: &str, queue: &str) -> Arc<WakeSignal> {
+        let mut signals = self.signals.lock().unwrap_or_else(|p| p.into_inner());
+        signals
+            .entry((table.to_owned(), queue.to_owned()))
+            .or_default()
+            .clone()
+    }
+
+    /// Wakes the consumers of one queue, if any exist in this process.
+    pub fn wake(&self, table: &str, queue: &str) {
+        let signals = self.signals.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(signal) = signals.get(&(table.to_owned(), queue.to_owned())) {
+            signal.wake();
+        }
+    }
+
+    /// Wakes every consumer (the push channel changed state: they must re-check and re-plan).
+    pub fn wake_all(&self) {
+        let signals = self.signals.lock().unwrap_or_else(|p| p.into_inner());
+        for signal in signals.values() {
+            signal.wake();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_wake_before_the_wait_is_not_lost() {
+        let signal = WakeSignal::default();
+        let seen = signal.seq();
+        signal.wake();
+        let outcome = signal
+            .wait(seen, Duration::from_secs(5), &CancellationToken::new())
+            .await;
+        assert_eq!(outcome, WaitOutcome::Woken);
+    }
+
+    #[tokio::test]
+    async fn waits_time_out_and_cancel() {
+        let signal = WakeSignal::default();
+        let cancel = CancellationToken::new();
+        let seen = signal.seq();
+        assert_eq!(
+            signal.wait(seen, Duration::from_millis(5), &cancel).await,
+            WaitOutcome::TimedOut
+        );
+        cancel.cancel();
+        assert_eq!(
+            signal.wait(seen, Duration::from_secs(5), &cancel).await,
+            WaitOutcome::Cancelled
+        );
+    }
+
+    #[tokio::test]
+    async fn board_wakes_only_the_named_queue() {
+        let board = WakeBoard::default();
+        let a = board.signal("t", "a");
+        let b = board.signal("t", "b");
+        let (sa, sb) = (a.seq(), b.seq());
+        board.wake("t", "a");
+        assert_ne!(a.seq(), sa);
+        assert_eq!(b.seq(), sb);
+        board.wake_all();
+        assert_ne!(b.seq(), sb);
+    }
+}
