@@ -17,10 +17,9 @@
 use crate::direct::owned_by_thread::OwnedByThread;
 use crate::direct::uv;
 use crate::queue::completions::Settled;
-use crate::queue::engine::NewMessage;
+use crate::queue::engine::{DirectWire, NewMessage, Outcome, Resend};
 use crate::queue::Queue;
 use crate::support::error::{Error, Result};
-use futures_util::future::BoxFuture;
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::io::{ErrorKind, Read, Write};
@@ -28,28 +27,6 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// How a batch's reply came out.
-pub enum Outcome {
-    Stored(Vec<String>),
-    /// Refused before it ran (the script was not loaded): send it again elsewhere.
-    NotRun,
-    Failed(Error),
-}
-
-/// Stores a batch again on the runtime, as the same batch.
-pub type Resend = Box<dyn FnOnce() -> BoxFuture<'static, Result<Vec<String>>> + Send>;
-
-/// An engine's side of the direct path.
-pub trait DirectWire: Send + Sync + 'static {
-    /// Opens a connection ready for `encode`'s requests (blocking mode off).
-    fn connect(&self) -> BoxFuture<'static, Result<std::net::TcpStream>>;
-    /// The request storing `messages` as one batch, and how to store that batch again.
-    fn encode(&self, messages: Vec<NewMessage>) -> (Vec<u8>, Resend);
-    /// The reply at the start of `buf` to a batch of `count` and its length, `None` if
-    /// incomplete; an error if the bytes are no reply at all.
-    fn read_reply(&self, buf: &[u8], count: usize) -> Result<Option<(Outcome, usize)>>;
-}
 
 /// Where settled sends are reported, from any thread: the queue's threadsafe callback, which
 /// queues the call. Used for settles made during a napi call (JavaScript is waiting on that
@@ -441,7 +418,7 @@ impl Inner {
         if conn.flights.len() >= MAX_FLIGHTS || self.waiting.is_empty() {
             return;
         }
-        let take = crate::queue::SEND_BOUND.take(&self.waiting);
+        let take = crate::queue::limits::SEND_BOUND.take(&self.waiting);
         let (messages, seqs): (Vec<NewMessage>, Vec<u32>) = self.waiting.drain(..take).unzip();
         let taken_bytes = messages.iter().map(weight).fold(0, usize::saturating_add);
         self.waiting_bytes = self.waiting_bytes.saturating_sub(taken_bytes);

@@ -126,7 +126,7 @@ pub fn sql_queue(options: SqlQueueOptions) -> Result<Queue, Error> {
     Ok(Queue::new(
         engine,
         options.auto_setup,
-        queue::FIRST_CLAIM_BATCH,
+        queue::limits::FIRST_CLAIM_BATCH,
         backlog,
     ))
 }
@@ -183,7 +183,9 @@ pub fn redis_queue(options: RedisQueueOptions) -> Result<Queue, Error> {
             },
         },
     };
-    let first_batch = options.read_batch_size.clamp(1, queue::MAX_CLAIM_BATCH);
+    let first_batch = options
+        .read_batch_size
+        .clamp(1, queue::limits::MAX_CLAIM_BATCH);
     let backlog = send_backlog(options.max_queued_sends, options.max_queued_send_bytes)?;
     let engine: Arc<dyn Engine> =
         within_runtime_if_available(|| redis::RedisQueue::open(&dsn, config).map(Arc::new))?;

@@ -2,8 +2,8 @@
 //! (the SQL engines in `crate::engines::sql`, Redis Streams in `crate::engines::redis`). Ids are strings: decimal
 //! row ids for SQL, `<ms>-<seq>` entry ids for streams.
 
-use crate::queue::wake::{WaitOutcome, WakeSignal};
-use crate::support::error::Result;
+use crate::queue::wake::{WaitEnd, WakeSignal};
+use crate::support::error::{Error, Result};
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,7 +62,7 @@ pub trait Engine: Send + Sync {
     fn wake_signal(&self) -> Arc<WakeSignal>;
 
     /// The engine's side of sends served on the JavaScript thread, if it has one.
-    fn direct_wire(self: Arc<Self>) -> Option<Arc<dyn crate::direct::sends::DirectWire>> {
+    fn direct_wire(self: Arc<Self>) -> Option<Arc<dyn DirectWire>> {
         None
     }
 
@@ -122,4 +122,48 @@ pub trait Engine: Send + Sync {
     fn count(&self) -> BoxFuture<'_, Result<i64>>;
     /// Lets go of this queue's share of the connections; the last one out closes them.
     fn shutdown(&self) -> BoxFuture<'_, ()>;
+}
+
+/// Why a wait ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum WaitOutcome {
+    Woken,
+    TimedOut,
+    Cancelled,
+    /// The wait itself claimed these (never empty): a blocking read is a wait and a claim at
+    /// once. They are the queue's from here, buffered as a claim's rows even if the wait was
+    /// cancelled meanwhile, so that releasing and renewing reach them.
+    Claimed(Vec<StoredMessage>),
+}
+
+impl From<WaitEnd> for WaitOutcome {
+    fn from(end: WaitEnd) -> Self {
+        match end {
+            WaitEnd::Woken => Self::Woken,
+            WaitEnd::TimedOut => Self::TimedOut,
+            WaitEnd::Cancelled => Self::Cancelled,
+        }
+    }
+}
+
+/// How a batch's reply came out.
+pub enum Outcome {
+    Stored(Vec<String>),
+    /// Refused before it ran (the script was not loaded): send it again elsewhere.
+    NotRun,
+    Failed(Error),
+}
+
+/// Stores a batch again on the runtime, as the same batch.
+pub type Resend = Box<dyn FnOnce() -> BoxFuture<'static, Result<Vec<String>>> + Send>;
+
+/// An engine's side of the direct path.
+pub trait DirectWire: Send + Sync + 'static {
+    /// Opens a connection ready for `encode`'s requests (blocking mode off).
+    fn connect(&self) -> BoxFuture<'static, Result<std::net::TcpStream>>;
+    /// The request storing `messages` as one batch, and how to store that batch again.
+    fn encode(&self, messages: Vec<NewMessage>) -> (Vec<u8>, Resend);
+    /// The reply at the start of `buf` to a batch of `count` and its length, `None` if
+    /// incomplete; an error if the bytes are no reply at all.
+    fn read_reply(&self, buf: &[u8], count: usize) -> Result<Option<(Outcome, usize)>>;
 }

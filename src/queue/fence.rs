@@ -23,7 +23,7 @@ use std::sync::Mutex;
 /// message; if its handler was running, the handler's settle comes later and must be found
 /// stale. One that was still buffered is never settled: the oldest are forgotten past this,
 /// many renewal rounds later than any handler's settle normally comes.
-const LOST_MEMORY: usize = 4 * crate::queue::MAX_CLAIM_BATCH as usize;
+const LOST_MEMORY: usize = 4 * crate::queue::limits::MAX_CLAIM_BATCH as usize;
 
 /// What the fence knows of one id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

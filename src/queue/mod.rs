@@ -12,6 +12,7 @@ pub mod batch;
 pub mod completions;
 pub mod engine;
 pub mod fence;
+pub mod limits;
 pub mod outage;
 pub mod prefetch;
 pub mod send_order;
@@ -20,13 +21,16 @@ pub mod wake;
 pub mod write_behind;
 
 use crate::queue::batch::{Backlog, BatchBound, Coalescer, Waited};
+use crate::queue::engine::WaitOutcome;
 use crate::queue::engine::{Engine, NewMessage, StoredMessage};
 use crate::queue::fence::Fence;
+use crate::queue::limits::{
+    ACK_BACKLOG, ACK_FLUSH_PATIENCE, MAX_CLAIM_BATCH, MAX_WRITE_BATCH, MIN_RENEW_PERIOD, SEND_BOUND,
+};
 use crate::queue::outage::Outage;
 use crate::queue::prefetch::{Prefetch, PREFETCH_HOLD};
 use crate::queue::send_order::{Hold, SendOrder};
 use crate::queue::stats::{Counters, Level, Snapshot};
-use crate::queue::wake::WaitOutcome;
 use crate::queue::write_behind::WriteBehind;
 use crate::support::error::{Cause, Error, ErrorKind, Result};
 use futures_util::future::BoxFuture;
@@ -35,36 +39,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-
-/// Most message bytes one claim aims to hold (with the average size of the last batch).
-const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
-/// Largest claim; also bounds how many rows one consumer can hold before handling them.
-pub const MAX_CLAIM_BATCH: u32 = 1024;
-/// The first claim's size, before the consumer's pace is known.
-pub const FIRST_CLAIM_BATCH: u32 = 16;
-/// The most one claim may be larger than the one before it.
-const MAX_CLAIM_GROWTH: u32 = 16;
-/// A claim aims to hold about this much of the consumer's work (see `next_batch_size`).
-const CLAIM_WINDOW: Duration = Duration::from_millis(100);
-/// Claims are renewed at a third of their lease, but not more often than this.
-const MIN_RENEW_PERIOD: Duration = Duration::from_millis(20);
-/// How long close(), list(), find() and getMessageCount() wait for failing ack writes.
-const ACK_FLUSH_PATIENCE: Duration = Duration::from_secs(5);
-/// Largest batch one ack or send statement carries.
-const MAX_WRITE_BATCH: usize = 1000;
-/// What one send statement carries: also at most about `MAX_BATCH_BYTES` of message, so that
-/// concurrent large sends do not make one statement the size of all of them.
-pub(crate) const SEND_BOUND: BatchBound<NewMessage> = BatchBound {
-    items: MAX_WRITE_BATCH,
-    bytes: MAX_BATCH_BYTES,
-    weigh: |m| m.body.len() + m.headers.len(),
-};
-/// Commit-mode acks waiting to be written: a worker awaits each of its acks, so only many
-/// concurrent workers ever queue this many.
-const ACK_BACKLOG: Backlog = Backlog {
-    items: 100_000,
-    bytes: usize::MAX,
-};
 
 /// Queues created and not yet dropped, in this process.
 static LIVE_QUEUES: AtomicUsize = AtomicUsize::new(0);
@@ -567,32 +541,7 @@ impl Queue {
             (buffer.handed_at, buffer.pace, buffer.average_bytes)
         };
         let previous = self.batch_size.load(Ordering::Relaxed);
-        // The consumer's pace once known; before it, the time since the last batch arrived
-        // spread over that batch.
-        let per_message = match (pace, handed) {
-            (Some(pace), _) => Some(pace.as_secs_f64()),
-            (None, Some((at, count))) => Some(at.elapsed().as_secs_f64() / count.max(1) as f64),
-            (None, None) => None,
-        };
-        let next = match per_message {
-            None => previous,
-            Some(per_message) => {
-                let fit = if per_message <= 0.0 {
-                    MAX_CLAIM_BATCH as f64
-                } else {
-                    CLAIM_WINDOW.as_secs_f64() / per_message
-                };
-                // Grow at most 16x per claim, so that a pace measured over a few cheap
-                // messages does not claim the largest batch at once, while a fast consumer
-                // still gets there in two claims after the first (16, 256, 1,024; at 4x it
-                // took three, and the consumer waited out each).
-                (fit.min(previous as f64 * f64::from(MAX_CLAIM_GROWTH)))
-                    .clamp(1.0, MAX_CLAIM_BATCH as f64) as u32
-            }
-        };
-        // Large messages: hold at most about MAX_BATCH_BYTES in one batch.
-        let by_size = (MAX_BATCH_BYTES / average_bytes.max(1)).max(1) as u32;
-        let next = next.min(by_size);
+        let next = limits::next_claim_size(previous, pace, handed, average_bytes);
         self.batch_size.store(next, Ordering::Relaxed);
         next
     }

@@ -2,7 +2,6 @@
 //! on that queue. Senders in this process bump it, and so does the PostgreSQL listener when a
 //! NOTIFY for the queue arrives; idle consumers wait on it instead of spinning.
 
-use crate::queue::engine::StoredMessage;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,16 +17,13 @@ pub struct WakeSignal {
     notify: Notify,
 }
 
-/// Why a wait ended.
+/// Why a wait on a signal ended (an engine's idle wait answers with
+/// `engine::WaitOutcome`, which adds what a wait that claims brings back).
 #[derive(Debug, PartialEq, Eq)]
-pub enum WaitOutcome {
+pub enum WaitEnd {
     Woken,
     TimedOut,
     Cancelled,
-    /// The wait itself claimed these (never empty): a blocking read is a wait and a claim at
-    /// once. They are the queue's from here, buffered as a claim's rows even if the wait was
-    /// cancelled meanwhile, so that releasing and renewing reach them.
-    Claimed(Vec<StoredMessage>),
 }
 
 impl WakeSignal {
@@ -54,24 +50,19 @@ impl WakeSignal {
     }
 
     /// Waits until the signal moves past `seen`, the timeout passes, or `cancel` fires.
-    pub async fn wait(
-        &self,
-        seen: u64,
-        timeout: Duration,
-        cancel: &CancellationToken,
-    ) -> WaitOutcome {
+    pub async fn wait(&self, seen: u64, timeout: Duration, cancel: &CancellationToken) -> WaitEnd {
         let notified = self.notify.notified();
         tokio::pin!(notified);
         // Register before re-checking the counter: a wake between the check and the await
         // would otherwise be missed.
         notified.as_mut().enable();
         if self.seq() != seen {
-            return WaitOutcome::Woken;
+            return WaitEnd::Woken;
         }
         tokio::select! {
-            _ = &mut notified => WaitOutcome::Woken,
-            _ = tokio::time::sleep(timeout) => WaitOutcome::TimedOut,
-            _ = cancel.cancelled() => WaitOutcome::Cancelled,
+            _ = &mut notified => WaitEnd::Woken,
+            _ = tokio::time::sleep(timeout) => WaitEnd::TimedOut,
+            _ = cancel.cancelled() => WaitEnd::Cancelled,
         }
     }
 }
@@ -120,7 +111,7 @@ mod tests {
         let outcome = signal
             .wait(seen, Duration::from_secs(5), &CancellationToken::new())
             .await;
-        assert_eq!(outcome, WaitOutcome::Woken);
+        assert_eq!(outcome, WaitEnd::Woken);
     }
 
     #[tokio::test]
@@ -130,12 +121,12 @@ mod tests {
         let seen = signal.seq();
         assert_eq!(
             signal.wait(seen, Duration::from_millis(5), &cancel).await,
-            WaitOutcome::TimedOut
+            WaitEnd::TimedOut
         );
         cancel.cancel();
         assert_eq!(
             signal.wait(seen, Duration::from_secs(5), &cancel).await,
-            WaitOutcome::Cancelled
+            WaitEnd::Cancelled
         );
     }
 

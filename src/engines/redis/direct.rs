@@ -6,8 +6,8 @@
 use super::engine::RedisQueue;
 use super::resp::{self, Reply};
 use super::writes::SendBatch;
-use crate::direct::sends::{DirectWire, Outcome, Resend};
 use crate::queue::engine::NewMessage;
+use crate::queue::engine::{DirectWire, Outcome, Resend};
 use crate::support::error::{Cause, Error, Result};
 use futures_util::future::BoxFuture;
 use redis::ConnectionAddr;

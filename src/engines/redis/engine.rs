@@ -10,8 +10,9 @@ use super::errors::classify;
 use super::replies::{as_i64, complete, is_stream_id, parse_entries};
 use super::slot;
 use super::writes::SendBatch;
+use crate::queue::engine::WaitOutcome;
 use crate::queue::engine::{Engine, Held, NewMessage, StoredMessage};
-use crate::queue::wake::{WaitOutcome, WakeBoard, WakeSignal};
+use crate::queue::wake::{WakeBoard, WakeSignal};
 use crate::support::backoff::Backoff;
 use crate::support::dsn::RedisDsn;
 use crate::support::error::{ErrorKind, Result};
@@ -283,9 +284,9 @@ impl Engine for RedisQueue {
         })
     }
 
-    fn direct_wire(self: Arc<Self>) -> Option<Arc<dyn crate::direct::sends::DirectWire>> {
+    fn direct_wire(self: Arc<Self>) -> Option<Arc<dyn crate::queue::engine::DirectWire>> {
         super::direct::RedisWire::new(self)
-            .map(|w| Arc::new(w) as Arc<dyn crate::direct::sends::DirectWire>)
+            .map(|w| Arc::new(w) as Arc<dyn crate::queue::engine::DirectWire>)
     }
 
     fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {

@@ -14,7 +14,7 @@ use super::replies::{
     as_i64, as_string, parse_autoclaim_reply, parse_read_reply, read_reply_page, Entry,
 };
 use crate::queue::engine::StoredMessage;
-use crate::queue::wake::WaitOutcome;
+use crate::queue::engine::WaitOutcome;
 use crate::support::error::Result;
 use redis::{Script, Value};
 use std::collections::HashSet;

@@ -11,8 +11,9 @@ use super::ids::{held_condition, held_rows, row_id, HeldRow};
 use super::retry::with_transient_retry;
 use super::table_poller::{self, IdleQueue};
 use super::target::SqlTarget;
+use crate::queue::engine::WaitOutcome;
 use crate::queue::engine::{Engine, Held, NewMessage, StoredMessage};
-use crate::queue::wake::{WaitOutcome, WakeSignal};
+use crate::queue::wake::{WaitEnd, WakeSignal};
 use crate::support::dsn::SqlDsn;
 use crate::support::error::{Cause, Error, Result};
 use futures_util::future::BoxFuture;
@@ -194,7 +195,7 @@ impl<D: SqlDialect> TableQueue<D> {
                 _ => cap,
             }
         };
-        Ok(self.wake.wait(seen, timeout, cancel).await)
+        Ok(self.wake.wait(seen, timeout, cancel).await.into())
     }
 
     /// Waits for a wake-up: a send, release or reject in this process, or the table's shared
@@ -218,8 +219,8 @@ impl<D: SqlDialect> TableQueue<D> {
             .max(interval * 2);
         loop {
             match self.wake.wait(seen, cap, cancel).await {
-                WaitOutcome::TimedOut if watch.fresh(cap) => continue,
-                outcome => return outcome,
+                WaitEnd::TimedOut if watch.fresh(cap) => continue,
+                end => return end.into(),
             }
         }
     }
