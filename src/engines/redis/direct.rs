@@ -3,8 +3,8 @@
 //! same insert script call the command connection makes, with the same marker, so a batch
 //! whose reply was lost is stored once when the runtime sends it again.
 
-use super::engine::RedisQueue;
 use super::resp::{self, Reply};
+use super::stream_queue::RedisQueue;
 use super::writes::SendBatch;
 use crate::queue::engine::NewMessage;
 use crate::queue::engine::{DirectWire, Outcome, Resend};

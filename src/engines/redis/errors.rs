@@ -1,19 +1,10 @@
-//! What a Redis failure means here, and which failures a consumer rides out. A reply or
+//! What a Redis failure means here, as free functions over the driver's error. A reply or
 //! connection error becomes the crate's error with a stable kind (missing group: NotFound;
 //! unreachable, refused, timed out, dropped, refused credentials, cluster trouble: Connection;
 //! the rest: Transport), its message names the operation and never holds a DSN secret, and
 //! its cause names the failure as ioredis would have (the reply's prefix, Node's socket code).
-//! Invariant: only a consumer that has reached the server once waits out connection failures,
-//! and a write is repeated only after a connection failure, once.
 
-use super::engine::{RedisQueue, RedisShared};
-use crate::support::error::{Cause, Error, ErrorKind, Result};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::Duration;
-
-/// Pause after a connection failure of a live consumer before it tries again.
-const RETRY_PAUSE: Duration = Duration::from_millis(200);
+use crate::support::error::{Cause, Error, ErrorKind};
 
 pub(super) fn classify(err: &redis::RedisError) -> ErrorKind {
     if err.code() == Some("NOGROUP") || err.to_string().contains("NOGROUP") {
@@ -74,7 +65,7 @@ fn io_error_of(err: &redis::RedisError) -> Option<&std::io::Error> {
     // The library keeps it behind an `Arc<dyn Error>`, which is what `source` hands out.
     source.downcast_ref::<std::io::Error>().or_else(|| {
         source
-            .downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>()?
+            .downcast_ref::<std::sync::Arc<dyn std::error::Error + Send + Sync>>()?
             .downcast_ref::<std::io::Error>()
     })
 }
@@ -93,84 +84,18 @@ fn is_bad_database(err: &redis::RedisError) -> bool {
     err.to_string().contains("DB index is out of range")
 }
 
-impl RedisShared {
-    pub(super) fn error(&self, op: &str, err: &redis::RedisError) -> Error {
-        let error = Error::new(
-            classify(err),
-            format!("Redis transport failed during \"{op}\": {err}"),
-        )
-        .caused_by(cause(err))
-        .redacted(&self.secrets);
-        if is_refusal(err) {
-            error.persistent()
-        } else {
-            error
-        }
-    }
-
-    pub(super) fn no_answer(&self, op: &str) -> Error {
-        let detail = format!(
-            "no answer from the server within {} ms",
-            self.connect_timeout.as_millis()
-        );
-        Error::connection(format!("Redis transport failed during \"{op}\": {detail}"))
-            .caused_by(Cause::timed_out(detail))
-    }
-}
-
-impl RedisQueue {
-    pub(super) fn err(&self, op: &str, e: &redis::RedisError) -> Error {
-        self.shared.error(op, e)
-    }
-
-    /// A consumer that reached the server once rides out connection failures: it pauses
-    /// and tries again (the command connection reconnects by itself) instead of ending get().
-    pub(super) async fn tolerate<T>(&self, result: Result<T>, otherwise: T) -> Result<T> {
-        match result {
-            Err(err) if err.is_transient_connection() && self.contacted.load(Ordering::Acquire) => {
-                let first = !self.riding.swap(true, Ordering::AcqRel);
-                if let Some(counters) = self.counters.get() {
-                    counters.failed(&err);
-                    if first {
-                        counters.report(
-                            crate::queue::stats::Level::Warn,
-                            format!("Connection lost: {err}. get() keeps trying."),
-                        );
-                    }
-                }
-                tokio::time::sleep(RETRY_PAUSE).await;
-                Ok(otherwise)
-            }
-            Ok(value) => {
-                if self.riding.swap(false, Ordering::AcqRel) {
-                    if let Some(counters) = self.counters.get() {
-                        counters.reconnected();
-                        counters.report(
-                            crate::queue::stats::Level::Log,
-                            "Connection back: consuming again.",
-                        );
-                    }
-                }
-                Ok(value)
-            }
-            other => other,
-        }
-    }
-
-    /// Runs a write once more when the first attempt met a connection the server had
-    /// dropped (the command connection reconnects on that failure; a write that failed on a
-    /// broken connection was not applied, and acks and rejects are idempotent anyway).
-    pub(super) async fn with_reconnect<T, F, Fut>(&self, mut op: F) -> Result<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<T>>,
-    {
-        match op().await {
-            Err(err) if err.is_transient_connection() && self.contacted.load(Ordering::Acquire) => {
-                op().await
-            }
-            other => other,
-        }
+/// The error of operation `op` that met `err`, with no secret of `secrets` in it.
+pub(super) fn error_during(op: &str, err: &redis::RedisError, secrets: &[String]) -> Error {
+    let error = Error::new(
+        classify(err),
+        format!("Redis transport failed during \"{op}\": {err}"),
+    )
+    .caused_by(cause(err))
+    .redacted(secrets);
+    if is_refusal(err) {
+        error.persistent()
+    } else {
+        error
     }
 }
 

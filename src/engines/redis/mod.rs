@@ -3,10 +3,11 @@
 //! reads and acks batched, blocking reads on a connection of their own, delayed messages
 //! promoted atomically on Redis's clock, and stalled entries reclaimed periodically.
 //!
-//! One concern per file: `engine` (the queue, the shared deployment and the `Engine` impl),
+//! One concern per file: `stream_queue` (the consumer and the deployment it shares, and how
+//! failures are reported and ridden out), `engine` (the `Engine` impl, and the direct wire),
 //! `reads` (claims, XAUTOCLAIM, blocking reads), `delivered` (the
 //! pending entries the queue holds, which re-reads skip), `writes` (sends, delayed adds, rejects,
-//! acks), `replies` (reply parsing, no I/O), `errors` (classification, what is ridden out),
+//! acks), `replies` (reply parsing, no I/O), `errors` (classification and causes),
 //! `connection` (node, TLS, cluster), `slot` (cluster key slots), `direct` (a single node's
 //! sends on the JavaScript thread) and `resp` (reading its replies); the Lua scripts are in
 //! `scripts/`.
@@ -20,6 +21,7 @@ mod reads;
 mod replies;
 mod resp;
 pub mod slot;
+mod stream_queue;
 mod writes;
 
-pub use engine::{RedisQueue, StreamConfig};
+pub use stream_queue::{RedisQueue, StreamConfig};

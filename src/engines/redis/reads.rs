@@ -9,10 +9,10 @@
 
 use super::connection::Conn;
 use super::delivered::Delivered;
-use super::engine::RedisQueue;
 use super::replies::{
     as_i64, as_string, parse_autoclaim_reply, parse_read_reply, read_reply_page, Entry,
 };
+use super::stream_queue::RedisQueue;
 use crate::queue::engine::StoredMessage;
 use crate::queue::engine::WaitOutcome;
 use crate::support::error::Result;

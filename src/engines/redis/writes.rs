@@ -4,13 +4,15 @@
 //! script or transaction per attempt, and a reject copies only an entry still pending in
 //! the group, so repeating one after a lost reply makes no second copy.
 
-use super::engine::RedisQueue;
 use super::replies::as_string;
+use super::stream_queue::RedisQueue;
 use crate::queue::engine::NewMessage;
+use crate::support::backoff::Backoff;
 use crate::support::error::{Error, Result};
 use redis::{Script, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
+use std::time::Duration;
 
 static INSERT: LazyLock<Script> = LazyLock::new(|| Script::new(insert_script_source()));
 static ADD_DELAYED: LazyLock<Script> =
@@ -18,6 +20,12 @@ static ADD_DELAYED: LazyLock<Script> =
 static REDELIVER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/redeliver.lua")));
 static SETTLE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/settle.lua")));
+
+/// How often a one-command send answered by a cluster redirect is sent again, and the pauses
+/// between (about 0.3 s in all: a slot's keys move in milliseconds).
+const MAX_REDIRECT_RESENDS: u32 = 5;
+const REDIRECT_PAUSE: Duration = Duration::from_millis(10);
+const MAX_REDIRECT_PAUSE: Duration = Duration::from_millis(160);
 
 /// How long the marker of a stored batch is kept: a batch is sent again at once or never.
 const SENT_MARKER_TTL_MS: u64 = 60_000;
@@ -116,6 +124,54 @@ impl From<Error> for InsertFailure {
 }
 
 impl RedisQueue {
+    /// Stores `batch` (attempts at one batch are the same batch: see `SendBatch`).
+    pub(super) async fn insert_batch(
+        &self,
+        messages: &[NewMessage],
+        batch: SendBatch,
+    ) -> Result<Vec<String>> {
+        // A connection found closed (the server dropped it while idle: a restart, a
+        // CLIENT KILL; or just after it ran the batch) is re-made and the same batch sent
+        // once more, if a first copy would be found (see `SendBatch::repeatable`): then it is
+        // stored once however often it is sent. Otherwise (a cluster's XADDs), and after a
+        // timeout (the server may still be working on it), the error says it may have been
+        // stored.
+        // A redirect proves the command did not run: it is sent again, with backoff,
+        // while a migrating slot settles (the client follows only a couple by itself).
+        let mut redirects = Backoff::new(REDIRECT_PAUSE, MAX_REDIRECT_PAUSE);
+        let (mut redirected, mut resent) = (0, false);
+        let ids = loop {
+            match self.insert_once(messages, &batch).await {
+                Ok(ids) => break ids,
+                Err(failure) if failure.redirected && redirected < MAX_REDIRECT_RESENDS => {
+                    redirected += 1;
+                    tokio::time::sleep(redirects.next_pause()).await;
+                }
+                Err(failure)
+                    if failure.may_send_again(&batch, resent)
+                        && self.contacted.load(Ordering::Acquire) =>
+                {
+                    resent = true;
+                }
+                Err(failure) => return Err(failure.error),
+            }
+        };
+        if let Some(earliest) = messages
+            .iter()
+            .filter(|m| m.delay_ms > 0.0)
+            .map(|m| m.delay_ms)
+            .reduce(f64::min)
+        {
+            // A blocked read of this instance re-plans its wait around the new member.
+            let due = crate::support::durations::millis(earliest);
+            let mut next_due = self.next_due.lock().unwrap_or_else(|p| p.into_inner());
+            *next_due = Some(next_due.map_or(due, |known| known.min(due)));
+            drop(next_due);
+            self.delayed_added.wake();
+        }
+        Ok(ids)
+    }
+
     /// One attempt at storing `batch`: due messages by the script that stores a batch once
     /// (or, for a stream no marker key can share a cluster slot with, one pipeline of XADDs),
     /// delayed ones through the script that scores them on Redis's clock. A connection lost

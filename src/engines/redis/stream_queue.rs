@@ -1,0 +1,247 @@
+//! One stream consumer, `RedisQueue`: its stream, consumer group and delayed zset, the
+//! deployment its queues share per process and DSN (`RedisShared`), and how its operations
+//! report failures and ride them out. Invariant: the command connection and the wake signals
+//! belong to the shared deployment and the last queue to leave it closes them; the blocking
+//! connection is the consumer's own; only a consumer that has reached the server once waits
+//! out connection failures, and a write is repeated only after a connection failure, once.
+//! Its reads, writes and `Engine` impl are `impl` blocks in `reads`, `writes` and `engine`,
+//! which import this file; it imports none of them.
+
+use super::connection::{Conn, ConnectOptions, Target};
+use super::delivered::Delivered;
+use super::errors;
+use super::slot;
+use crate::queue::wake::{WakeBoard, WakeSignal};
+use crate::support::dsn::RedisDsn;
+use crate::support::error::{Cause, Error, Result};
+use crate::support::targets::Targets;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+/// Pause after a connection failure of a live consumer before it tries again.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// Options of one stream consumer. The keys are as stored: `key_prefix` already put before
+/// them.
+#[derive(Debug, Clone)]
+pub struct StreamConfig {
+    /// Prepended to every key the queue touches (ioredis's `keyPrefix`); may be empty.
+    pub key_prefix: String,
+    pub stream: String,
+    pub group: String,
+    pub consumer: String,
+    pub delay_key: String,
+    pub claim_idle: Duration,
+    pub poll_interval: Duration,
+    pub connect: ConnectOptions,
+}
+
+/// The deployment shared by every stream queue of the process on one DSN.
+pub(super) struct RedisShared {
+    key: String,
+    pub(super) target: Target,
+    pub(super) secrets: Vec<String>,
+    pub(super) connect_timeout: Duration,
+    commands: tokio::sync::Mutex<Option<Conn>>,
+    board: WakeBoard,
+}
+
+static TARGETS: LazyLock<Targets<RedisShared>> = LazyLock::new(Targets::default);
+
+impl RedisShared {
+    /// The shared command connection, made on first use. Until it exists, failures are
+    /// reported at once (an unreachable server fails fast, not after minutes of retries).
+    pub(super) async fn conn(&self, op: &str) -> Result<Conn> {
+        let mut slot = self.commands.lock().await;
+        if let Some(conn) = slot.as_ref() {
+            return Ok(conn.clone());
+        }
+        let made = tokio::time::timeout(
+            self.connect_timeout,
+            self.target.command_connection(self.connect_timeout),
+        )
+        .await
+        .map_err(|_| self.no_answer(op))?
+        .map_err(|e| self.error(op, &e))?;
+        *slot = Some(made.clone());
+        Ok(made)
+    }
+}
+
+/// One stream (and its group and delayed zset) as one consumer sees it.
+pub struct RedisQueue {
+    pub(super) shared: Arc<RedisShared>,
+    pub(super) config: StreamConfig,
+    pub(super) wake: Arc<WakeSignal>,
+    /// This consumer's connection for blocking reads, and its `CLIENT ID` on a single node
+    /// (so a block can be ended early with `CLIENT UNBLOCK` instead of dropping the connection).
+    pub(super) blocking: tokio::sync::Mutex<Option<(Conn, Option<i64>)>>,
+    /// Entries of our pending list the queue holds (skipped when re-reading it).
+    pub(super) delivered: Mutex<Delivered>,
+    /// Where the next claim re-reads our own pending entries from: `0` after a read whose
+    /// reply may have been lost (entries it took sit in our PEL), the last id re-read while a
+    /// re-read still finds full pages; `None` when there is nothing to re-read.
+    pub(super) recover_from: Mutex<Option<String>>,
+    pub(super) reclaim: Mutex<Reclaim>,
+    /// Milliseconds until the next delayed member is due, as the last promotion saw it.
+    pub(super) next_due: Mutex<Option<Duration>>,
+    /// Once the server answered, connection failures in get() are waited out, not thrown.
+    pub(super) contacted: AtomicBool,
+    /// Bumped when a queue of this process adds a delayed message to the stream, so blocked
+    /// reads re-plan their wait.
+    pub(super) delayed_added: Arc<WakeSignal>,
+    /// The queue's counters (`stats()`): the failures this engine rides out by itself are
+    /// counted there, and its reconnects.
+    pub(super) counters: std::sync::OnceLock<Arc<crate::queue::stats::Counters>>,
+    /// A failure was ridden out: the next success is a reconnect.
+    pub(super) riding: AtomicBool,
+}
+
+/// XAUTOCLAIM bookkeeping: run every `claimIdleMs / 2` (not on every read), cursor kept.
+pub(super) struct Reclaim {
+    pub(super) cursor: String,
+    pub(super) next_at: Instant,
+}
+
+impl StreamConfig {
+    /// A key of the stream's own (see `slot::beside`), under the key prefix like every key
+    /// (so it may not share the stream's slot: such keys serve single nodes only).
+    pub(super) fn beside(&self, suffix: &str) -> Option<String> {
+        let unprefixed = self
+            .stream
+            .strip_prefix(self.key_prefix.as_str())
+            .unwrap_or(&self.stream);
+        slot::beside(unprefixed, suffix).map(|key| format!("{}{key}", self.key_prefix))
+    }
+}
+
+impl RedisQueue {
+    pub fn open(dsn: &RedisDsn, config: StreamConfig) -> Result<Self> {
+        if config.connect.cluster {
+            slot::check_same_slot(&config.stream, &config.delay_key)?;
+        }
+        // Everything the shared connections are made with: a transport with another CA,
+        // timeout or redisOptions gets connections of its own, never the first transport's.
+        let key = format!(
+            "{}|connect={:x}|connect_timeout_ms={}",
+            dsn.url,
+            config.connect.digest(),
+            config.connect.connect_timeout.as_millis()
+        );
+        let shared = TARGETS.join(&key, || {
+            Ok(RedisShared {
+                key: key.clone(),
+                target: Target::new(dsn, &config.connect)?,
+                secrets: config.connect.secrets(dsn),
+                connect_timeout: config.connect.connect_timeout,
+                commands: tokio::sync::Mutex::new(None),
+                board: WakeBoard::default(),
+            })
+        })?;
+        let wake = shared.board.signal(&config.stream, "");
+        let delayed_added = shared.board.signal(&config.stream, "delayed");
+        Ok(Self {
+            shared,
+            wake,
+            blocking: tokio::sync::Mutex::new(None),
+            delivered: Mutex::default(),
+            recover_from: Mutex::new(None),
+            reclaim: Mutex::new(Reclaim {
+                cursor: "0-0".to_owned(),
+                next_at: Instant::now(),
+            }),
+            next_due: Mutex::new(None),
+            contacted: AtomicBool::new(false),
+            delayed_added,
+            counters: std::sync::OnceLock::new(),
+            riding: AtomicBool::new(false),
+            config,
+        })
+    }
+
+    /// Leaves the shared deployment, closing its command connection if this was the last
+    /// queue on it.
+    pub(super) async fn leave_shared(&self) {
+        if TARGETS.leave(&self.shared.key, &self.shared) {
+            *self.shared.commands.lock().await = None;
+        }
+    }
+
+    pub(super) async fn conn(&self, op: &str) -> Result<Conn> {
+        let conn = self.shared.conn(op).await?;
+        self.contacted.store(true, Ordering::Release);
+        Ok(conn)
+    }
+}
+
+impl RedisShared {
+    pub(super) fn error(&self, op: &str, err: &redis::RedisError) -> Error {
+        errors::error_during(op, err, &self.secrets)
+    }
+
+    pub(super) fn no_answer(&self, op: &str) -> Error {
+        let detail = format!(
+            "no answer from the server within {} ms",
+            self.connect_timeout.as_millis()
+        );
+        Error::connection(format!("Redis transport failed during \"{op}\": {detail}"))
+            .caused_by(Cause::timed_out(detail))
+    }
+}
+
+impl RedisQueue {
+    pub(super) fn err(&self, op: &str, e: &redis::RedisError) -> Error {
+        self.shared.error(op, e)
+    }
+
+    /// A consumer that reached the server once rides out connection failures: it pauses
+    /// and tries again (the command connection reconnects by itself) instead of ending get().
+    pub(super) async fn tolerate<T>(&self, result: Result<T>, otherwise: T) -> Result<T> {
+        match result {
+            Err(err) if err.is_transient_connection() && self.contacted.load(Ordering::Acquire) => {
+                let first = !self.riding.swap(true, Ordering::AcqRel);
+                if let Some(counters) = self.counters.get() {
+                    counters.failed(&err);
+                    if first {
+                        counters.report(
+                            crate::queue::stats::Level::Warn,
+                            format!("Connection lost: {err}. get() keeps trying."),
+                        );
+                    }
+                }
+                tokio::time::sleep(RETRY_PAUSE).await;
+                Ok(otherwise)
+            }
+            Ok(value) => {
+                if self.riding.swap(false, Ordering::AcqRel) {
+                    if let Some(counters) = self.counters.get() {
+                        counters.reconnected();
+                        counters.report(
+                            crate::queue::stats::Level::Log,
+                            "Connection back: consuming again.",
+                        );
+                    }
+                }
+                Ok(value)
+            }
+            other => other,
+        }
+    }
+
+    /// Runs a write once more when the first attempt met a connection the server had
+    /// dropped (the command connection reconnects on that failure; a write that failed on a
+    /// broken connection was not applied, and acks and rejects are idempotent anyway).
+    pub(super) async fn with_reconnect<T, F, Fut>(&self, mut op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        match op().await {
+            Err(err) if err.is_transient_connection() && self.contacted.load(Ordering::Acquire) => {
+                op().await
+            }
+            other => other,
+        }
+    }
+}
