@@ -21,12 +21,6 @@ static REDELIVER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/redeliver.lua")));
 static SETTLE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/settle.lua")));
 
-/// How often a one-command send answered by a cluster redirect is sent again, and the pauses
-/// between (about 0.3 s in all: a slot's keys move in milliseconds).
-const MAX_REDIRECT_RESENDS: u32 = 5;
-const REDIRECT_PAUSE: Duration = Duration::from_millis(10);
-const MAX_REDIRECT_PAUSE: Duration = Duration::from_millis(160);
-
 /// How long the marker of a stored batch is kept: a batch is sent again at once or never.
 const SENT_MARKER_TTL_MS: u64 = 60_000;
 
@@ -138,6 +132,11 @@ impl RedisQueue {
         // stored.
         // A redirect proves the command did not run: it is sent again, with backoff,
         // while a migrating slot settles (the client follows only a couple by itself).
+        // How often a one-command send answered by a cluster redirect is sent again, and the
+        // pauses between (about 0.3 s in all: a slot's keys move in milliseconds).
+        const MAX_REDIRECT_RESENDS: u32 = 5;
+        const REDIRECT_PAUSE: Duration = Duration::from_millis(10);
+        const MAX_REDIRECT_PAUSE: Duration = Duration::from_millis(160);
         let mut redirects = Backoff::new(REDIRECT_PAUSE, MAX_REDIRECT_PAUSE);
         let (mut redirected, mut resent) = (0, false);
         let ids = loop {
