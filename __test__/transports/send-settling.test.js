@@ -6,9 +6,9 @@
 // send settles, and nothing keeps it alive after (no close() here: the connections are the
 // addon's own and hold no event loop).
 
-const { postgres, mysql, redis } = require('./support/engines');
-const { runChild } = require('./support/child');
-const { SqlTransport, RedisStreamsTransport } = require('..');
+const { postgres, mysql, redis } = require('../support/engines');
+const { runChild } = require('../support/child');
+const { SqlTransport, RedisStreamsTransport } = require('../..');
 
 /** How many messages `target` holds, read by a transport of this process. */
 async function countOf(engine, target) {
