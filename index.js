@@ -5,9 +5,9 @@
  * @module nestjs-messenger-native
  */
 
-const { SqlTransport } = require('./lib/sql-transport');
-const { RedisStreamsTransport } = require('./lib/redis-streams-transport');
-const { dialectFromDsn, assertValidRedisDsn } = require('./lib/dsn-schemes');
-const { TransportHealthIndicator } = require('./lib/transport-health-indicator');
+const { SqlTransport } = require('./lib/transports/sql-transport');
+const { RedisStreamsTransport } = require('./lib/transports/redis-streams-transport');
+const { dialectFromDsn, assertValidRedisDsn } = require('./lib/options/dsn-schemes');
+const { TransportHealthIndicator } = require('./lib/telemetry/transport-health-indicator');
 
 module.exports = { SqlTransport, RedisStreamsTransport, TransportHealthIndicator, dialectFromDsn, assertValidRedisDsn };

@@ -10,7 +10,7 @@
 const { ENGINES } = require('./engines');
 const { drainPrefilled } = require('./limit-queue');
 
-/** The default redelivery timeout (lib/sql-options.js), bound as the claim's lease. */
+/** The default redelivery timeout (lib/options/sql-options.js), bound as the claim's lease. */
 const LEASE_SECONDS = 3600;
 const TABLE = 'messenger_messages';
 /** `TOKEN_OF` of src/sql/mysql/statements.rs. */

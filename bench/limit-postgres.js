@@ -13,7 +13,7 @@ const path = require('node:path');
 const { ENGINES } = require('./engines');
 const { drainPrefilled } = require('./limit-queue');
 
-/** The default redelivery timeout (lib/sql-options.js), bound as the claim's lease. */
+/** The default redelivery timeout (lib/options/sql-options.js), bound as the claim's lease. */
 const LEASE_SECONDS = 3600;
 /** `stamp_span_ms` (src/sql/claim_doubt.rs) for that lease: a tenth, at most 100 ms. */
 const SPAN_MS = 100;

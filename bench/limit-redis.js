@@ -15,7 +15,7 @@ const { ENGINES } = require('./engines');
 const { drainPrefilled } = require('./limit-queue');
 
 const SCRIPTS = path.join(__dirname, '..', 'src', 'redis', 'scripts');
-/** The transport's default group (lib/redis-options.js). */
+/** The transport's default group (lib/options/redis-options.js). */
 const GROUP = 'messenger';
 /** PROMOTE_LIMIT of src/redis/reads.rs. */
 const PROMOTE_LIMIT = 100;

@@ -7,7 +7,7 @@ const path = require('node:path');
 const { execFile } = require('node:child_process');
 const { queueStats } = require('../../binding.js');
 const { redactDsn } = require('../../lib/cli/redact-dsn');
-const { envelopeOf } = require('../../lib/native-error');
+const { envelopeOf } = require('../../lib/native/native-error');
 
 jest.setTimeout(30000);
 
@@ -23,7 +23,7 @@ async function shownByAddon(dsn) {
     },
     (e) => e,
   );
-  // The binding's errors carry their text in an envelope (lib/native-error.js).
+  // The binding's errors carry their text in an envelope (lib/native/native-error.js).
   const message = envelopeOf(error.message)?.message ?? error.message;
   const shown = /DSN: "(.*)"\.$/.exec(message) ?? /connect to (.*?): /.exec(message);
   if (shown === null) throw new Error(`no DSN in ${message}`);

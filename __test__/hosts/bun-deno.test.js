@@ -4,7 +4,7 @@
 // and Deno, from their npm packages (devDependencies). Each runs smoke.cjs (send, get, ack,
 // reject) on every engine in a process of its own. Those runtimes export libuv's names as
 // stubs, so the send path served on Node.js's own event loop (src/direct_sends.rs, chosen in
-// lib/host.js) must stay off there: on Redis it aborted Bun and crashed Deno.
+// lib/native/host.js) must stay off there: on Redis it aborted Bun and crashed Deno.
 
 const fs = require('node:fs');
 const path = require('node:path');

@@ -1,10 +1,10 @@
 'use strict';
 
-// Which host gets the send path served on the event loop's own thread (lib/host.js): Node.js
+// Which host gets the send path served on the event loop's own thread (lib/native/host.js): Node.js
 // only. Bun and Deno both call themselves "node" in process.release; their processes' own
 // answers are in bun-deno.test.js, these are their marks as each one sets them.
 
-const { isNodeHost } = require('../../lib/host');
+const { isNodeHost } = require('../../lib/native/host');
 
 const nodeProcess = (versions = {}) => ({
   release: { name: 'node' },

@@ -68,7 +68,7 @@ describe('the exports map', () => {
     expect(resolveFromApp(pkg.name, kind)).toBe('index.js');
     expect(resolveFromApp(`${pkg.name}/cli`, kind)).toBe('bin/nestjs-messenger-native.js');
     expect(resolveFromApp(`${pkg.name}/package.json`, kind)).toBe('package.json');
-    for (const deep of ['lib/native.js', 'lib/sql-transport', 'lib/cli/commands.js', 'binding.js', 'index.js']) {
+    for (const deep of ['lib/native/addon.js', 'lib/transports/sql-transport', 'lib/cli/commands.js', 'binding.js', 'index.js']) {
       expect(resolveFromApp(`${pkg.name}/${deep}`, kind)).toBe('ERR_PACKAGE_PATH_NOT_EXPORTED');
     }
   });

@@ -64,7 +64,7 @@ it('wires the napi-rs publish scripts: artifacts into npm/, prepublish adds the 
 it('packs only what runs: no tests, no stand-in core, no bench, demo or Rust sources', () => {
   const [packed] = JSON.parse(execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: ROOT, encoding: 'utf8' }));
   const files = packed.files.map((f) => f.path).sort();
-  const allowed = /^(index\.js|index\.d\.ts|binding\.js|binding\.d\.ts|package\.json|README\.md|LICENSE|CHANGELOG\.md|lib\/(cli\/)?[\w-]+\.js|bin\/nestjs-messenger-native\.js)$/;
+  const allowed = /^(index\.js|index\.d\.ts|binding\.js|binding\.d\.ts|package\.json|README\.md|LICENSE|CHANGELOG\.md|lib\/([\w-]+\/)?[\w-]+\.js|bin\/nestjs-messenger-native\.js)$/;
   expect(files.filter((f) => !allowed.test(f))).toEqual([]);
-  expect(files).toEqual(expect.arrayContaining(['index.js', 'index.d.ts', 'binding.js', 'lib/native-transport.js', 'lib/outbox.js', 'bin/nestjs-messenger-native.js']));
+  expect(files).toEqual(expect.arrayContaining(['index.js', 'index.d.ts', 'binding.js', 'lib/transports/native-transport.js', 'lib/transports/outbox.js', 'bin/nestjs-messenger-native.js']));
 });

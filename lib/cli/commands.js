@@ -1,9 +1,14 @@
 'use strict';
 
+// lib/cli/: the `nestjs-messenger-native` command line (bin/) over the addon's diagnostics:
+// the command line's syntax (args.js), the two commands (this file), what they print
+// (format.js) and the addon's own DSN redaction (redact-dsn.js, which the demo uses too). It
+// reaches the addon only through native/ and never loads the core, so it runs without an app.
+
 // The CLI's two commands over the native diagnostics (src/diagnostics/): each returns the
 // process exit code and writes only through the `out`/`err` streams it is given.
 
-const { doctor, queueStats } = require('../native');
+const { doctor, queueStats } = require('../native/addon');
 const { formatChecks, formatStats, messageOf, ratesBetween, statsDocument } = require('./format');
 
 /** Exit codes: all checks passed / a check failed or the command could not run / bad usage. */

@@ -3,9 +3,9 @@
 // What the CLI prints: the doctor's lines, the stats table and the rates between samples.
 // Pure functions of their input (no I/O), so the layout is one place.
 
-const { envelopeOf, textOf } = require('../native-error');
+const { envelopeOf, textOf } = require('../native/native-error');
 
-/** What a native failure says (the message of its envelope, see lib/native-error.js). */
+/** What a native failure says (the message of its envelope, see lib/native/native-error.js). */
 function messageOf(error) {
   const text = textOf(error);
   return envelopeOf(text)?.message ?? text;

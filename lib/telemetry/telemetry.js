@@ -1,12 +1,17 @@
 'use strict';
 
+// lib/telemetry/: what a transport tells the app about itself, beside its messages:
+// OpenTelemetry metrics (this file), the `logger` option's events pulled from the native side
+// (event-log.js), and the @nestjs/terminus health indicator over `transport.health()`
+// (transport-health-indicator.js).
+
 // OpenTelemetry metrics, only when the app has `@opentelemetry/api` installed (an optional
 // peer). Without it, `telemetryFor()` returns undefined and the transports record nothing.
 // Names and attributes follow the OpenTelemetry messaging semantic conventions (client
 // metrics). Nothing is ever added to a stored message: no propagation headers.
 
 const { performance } = require('node:perf_hooks');
-const { version } = require('../package.json');
+const { version } = require('../../package.json');
 
 /** `@opentelemetry/api`, or undefined when the app does not have it. */
 const api = optionalRequire('@opentelemetry/api');

@@ -1,6 +1,6 @@
 'use strict';
 
-const { invalidArgument } = require('./errors');
+const { invalidArgument } = require('../native/errors');
 
 /** How often events are pulled from the native side while nothing else pulls them. */
 const DRAIN_EVERY_MS = 500;

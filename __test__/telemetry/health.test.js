@@ -8,10 +8,10 @@
 
 const net = require('node:net');
 const { InvalidArgumentError } = require('@schally/nestjs-messenger');
-const { postgres, mysql, sqlite, redis } = require('./support/engines');
-const { closedPort } = require('./support/ports');
-const { envelopeOf, serializer } = require('./support/transport-helpers');
-const { engineTransports } = require('./support/engine-transports');
+const { postgres, mysql, sqlite, redis } = require('../support/engines');
+const { closedPort } = require('../support/ports');
+const { envelopeOf, serializer } = require('../support/transport-helpers');
+const { engineTransports } = require('../support/engine-transports');
 
 const SECRET = 'h3alth-s3cret';
 

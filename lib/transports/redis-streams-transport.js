@@ -1,8 +1,8 @@
 'use strict';
 
-const { NativeQueue } = require('./native');
-const { nativeSync } = require('./errors');
-const { resolveRedisOptions } = require('./redis-options');
+const { NativeQueue } = require('../native/addon');
+const { nativeSync } = require('../native/errors');
+const { resolveRedisOptions } = require('../options/redis-options');
 const { NativeTransport } = require('./native-transport');
 
 /**

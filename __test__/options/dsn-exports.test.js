@@ -8,7 +8,7 @@
 const { TransportConnectionError } = require('@schally/nestjs-messenger');
 const upstreamSql = require('@schally/nestjs-messenger-transport-sql');
 const upstreamRedis = require('@schally/nestjs-messenger-transport-redis');
-const ours = require('..');
+const ours = require('../..');
 
 /** What calling `fn(input)` gives: its result, or the thrown error's class and message. */
 function outcome(fn, input) {

@@ -7,10 +7,10 @@
 // suite (backend-kill), where connections really drop.
 
 const { Envelope, JsonSerializer } = require('@schally/nestjs-messenger');
-const { postgres, mysql, sqlite, redis } = require('./support/engines');
-const { closedPort } = require('./support/ports');
-const { TestMessage, envelopeOf, serializer, settleWithin } = require('./support/transport-helpers');
-const { engineTransports } = require('./support/engine-transports');
+const { postgres, mysql, sqlite, redis } = require('../support/engines');
+const { closedPort } = require('../support/ports');
+const { TestMessage, envelopeOf, serializer, settleWithin } = require('../support/transport-helpers');
+const { engineTransports } = require('../support/engine-transports');
 
 const ZERO = {
   buffered: 0,

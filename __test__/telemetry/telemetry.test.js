@@ -21,12 +21,12 @@ const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
 const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 });
 metrics.setGlobalMeterProvider(new MeterProvider({ readers: [reader] }));
 
-const { version } = require('../package.json');
-const { postgres, mysql, sqlite, redis } = require('./support/engines');
-const { closedPort } = require('./support/ports');
-const { envelopeOf, receiveUpTo, serializer } = require('./support/transport-helpers');
-const { engineTransports } = require('./support/engine-transports');
-const { runChild } = require('./support/child');
+const { version } = require('../../package.json');
+const { postgres, mysql, sqlite, redis } = require('../support/engines');
+const { closedPort } = require('../support/ports');
+const { envelopeOf, receiveUpTo, serializer } = require('../support/transport-helpers');
+const { engineTransports } = require('../support/engine-transports');
+const { runChild } = require('../support/child');
 
 const SYSTEMS = { postgres: 'postgresql', mysql: 'mysql', sqlite: 'sqlite', redis: 'redis' };
 const SENDS = 5;
@@ -147,7 +147,7 @@ describe.each([postgres, mysql, sqlite, redis])('$name: OpenTelemetry metrics', 
           KIND: engine.name === 'redis' ? 'redis' : 'sql',
           DSN: transports.dsn,
           TARGET: JSON.stringify(transports.lastTarget),
-          NODE_OPTIONS: `--require ${path.join(__dirname, 'support', 'hide-module.js')}`,
+          NODE_OPTIONS: `--require ${path.join(__dirname, '..', 'support', 'hide-module.js')}`,
           HIDE_MODULE: '@opentelemetry/api',
         },
       },

@@ -1,8 +1,8 @@
 'use strict';
 
-const { sqlOutboxStatement } = require('./native');
-const { invalidArgument, nativeSync } = require('./errors');
-const { encodeEnvelope } = require('./envelope-codec');
+const { sqlOutboxStatement } = require('../native/addon');
+const { invalidArgument, nativeSync } = require('../native/errors');
+const { encodeEnvelope } = require('../codec/envelope-codec');
 
 /**
  * The transactional outbox of one SQL transport: the statement that stores an envelope exactly

@@ -6,7 +6,7 @@
 // is dropped in silence. A value the DSN contradicts is refused too (ioredis would drop it).
 
 const { isIP } = require('node:net');
-const { invalidArgument } = require('./errors');
+const { invalidArgument } = require('../native/errors');
 const { wellFormed } = require('./option-checks');
 
 const PRODUCT = 'nestjs-messenger-native';

@@ -8,10 +8,10 @@
 
 const { Envelope, JsonSerializer } = require('@schally/nestjs-messenger');
 const { ConsoleLogger, Logger } = require('@nestjs/common');
-const { EventLog } = require('../lib/event-log');
-const { sqlite } = require('./support/engines');
-const { TestMessage, envelopeOf, idOf, serializer } = require('./support/transport-helpers');
-const { engineTransports } = require('./support/engine-transports');
+const { EventLog } = require('../../lib/telemetry/event-log');
+const { sqlite } = require('../support/engines');
+const { TestMessage, envelopeOf, idOf, serializer } = require('../support/transport-helpers');
+const { engineTransports } = require('../support/engine-transports');
 
 const TIME = '<time>';
 const PID = process.pid;

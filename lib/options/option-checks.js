@@ -1,6 +1,13 @@
 'use strict';
 
-const { invalidArgument } = require('./errors');
+// lib/options/: the options a transport is constructed with, checked and completed before
+// anything native is built. This file holds the checks every option reader shares (numbers,
+// `ackMode`, the send backlog, well-formed strings); sql-options.js and redis-options.js resolve
+// each transport's options over upstream's defaults, redis-connection-options.js reads
+// `redisOptions` as ioredis reads them, and dsn-schemes.js answers upstream's exported DSN
+// checks. A bad value is refused here, by name, as an InvalidArgumentError.
+
+const { invalidArgument } = require('../native/errors');
 
 const ACK_MODES = new Set(['write-behind', 'commit']);
 

@@ -4,8 +4,8 @@
 // otherwise. Counted from outside the runtime: the child's threads by name, in /proc, after a
 // round trip that needs the runtime (a send on Redis).
 
-const { redis } = require('./support/engines');
-const { runChild } = require('./support/child');
+const { redis } = require('../support/engines');
+const { runChild } = require('../support/child');
 
 const SCRIPT = `
   (async () => {

@@ -6,10 +6,10 @@
 // the stall ends, and nothing else is. Bad values of the two options are refused by name.
 
 const { Envelope, InvalidArgumentError, JsonSerializer, TransportError } = require('@schally/nestjs-messenger');
-const { SqlTransport, RedisStreamsTransport } = require('..');
-const { sqlite } = require('../bench/engines');
-const { WRITE_STALLS } = require('./support/write-stalls');
-const { sleep, settleWithin } = require('./faults/support/account');
+const { SqlTransport, RedisStreamsTransport } = require('../..');
+const { sqlite } = require('../../bench/engines');
+const { WRITE_STALLS } = require('../support/write-stalls');
+const { sleep, settleWithin } = require('../faults/support/account');
 
 class Job {
   constructor(n) {

@@ -2,9 +2,9 @@
 
 const { JsonSerializer } = require('@schally/nestjs-messenger');
 const { ackModeOf, nonNegativeNumber, positiveNumber, sendBacklogOf, wellFormed } = require('./option-checks');
-const { checkSqlNames, sqlDialectOf } = require('./native');
-const { invalidArgument, nativeSync } = require('./errors');
-const { loggerOf } = require('./event-log');
+const { checkSqlNames, sqlDialectOf } = require('../native/addon');
+const { invalidArgument, nativeSync } = require('../native/errors');
+const { loggerOf } = require('../telemetry/event-log');
 
 /** Defaults, identical to `@schally/nestjs-messenger-transport-sql`'s. */
 const DEFAULTS = Object.freeze({

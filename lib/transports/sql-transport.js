@@ -1,11 +1,11 @@
 'use strict';
 
-const { NativeQueue } = require('./native');
-const { nativeSync } = require('./errors');
-const { resolveSqlOptions } = require('./sql-options');
+const { NativeQueue } = require('../native/addon');
+const { nativeSync } = require('../native/errors');
+const { resolveSqlOptions } = require('../options/sql-options');
 const { NativeTransport } = require('./native-transport');
 const { Outbox } = require('./outbox');
-const { sqlSystem } = require('./telemetry');
+const { sqlSystem } = require('../telemetry/telemetry');
 
 /**
  * Drop-in for `@schally/nestjs-messenger-transport-sql`'s `SqlTransport` (PostgreSQL,

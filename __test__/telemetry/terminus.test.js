@@ -11,11 +11,11 @@ require('reflect-metadata');
 const { Module, ServiceUnavailableException } = require('@nestjs/common');
 const { NestFactory } = require('@nestjs/core');
 const { InvalidArgumentError } = require('@schally/nestjs-messenger');
-const { TransportHealthIndicator } = require('..');
-const { sqlite, redis } = require('./support/engines');
-const { closedPort } = require('./support/ports');
-const { envelopeOf, serializer } = require('./support/transport-helpers');
-const { engineTransports } = require('./support/engine-transports');
+const { TransportHealthIndicator } = require('../..');
+const { sqlite, redis } = require('../support/engines');
+const { closedPort } = require('../support/ports');
+const { envelopeOf, serializer } = require('../support/transport-helpers');
+const { engineTransports } = require('../support/engine-transports');
 
 /** A Nest application context importing terminus `pkg`'s TerminusModule (its logger off). */
 async function terminusApp(pkg) {

@@ -1,18 +1,25 @@
 'use strict';
 
+// lib/transports/: the transport classes the package exports and what they share. This file
+// is the base every engine's transport extends; sql-transport.js and redis-streams-transport.js
+// are the drop-ins for upstream's SQL and Redis transports, outbox.js is the SQL transport's
+// transactional outbox, settle-tracker.js the settle state close() waits for, and send-pipe.js
+// the sends settled in batches through one native callback. They build on options/, codec/,
+// telemetry/ and native/; nothing else in lib/ imports them.
+
 const {
   ReceivedStamp,
   RedeliveryStamp,
   TransportError,
   TransportMessageIdStamp,
 } = require('@schally/nestjs-messenger');
-const { native, nativeSync, withCode } = require('./errors');
+const { native, nativeSync, withCode } = require('../native/errors');
 const { SettleTracker } = require('./settle-tracker');
 const { SendPipe } = require('./send-pipe');
-const { encodeEnvelope, decodeStored } = require('./envelope-codec');
-const { EventLog } = require('./event-log');
-const { positiveNumber } = require('./option-checks');
-const { telemetryFor } = require('./telemetry');
+const { encodeEnvelope, decodeStored } = require('../codec/envelope-codec');
+const { EventLog } = require('../telemetry/event-log');
+const { positiveNumber } = require('../options/option-checks');
+const { telemetryFor } = require('../telemetry/telemetry');
 
 const DEFAULT_LIST_LIMIT = 100;
 const DEFAULT_HEALTH_TIMEOUT_MS = 2000;

@@ -7,8 +7,8 @@
 // every connection it holds to the server is a transport's (the test process has drivers of its
 // own).
 
-const { postgres, mysql, redis } = require('./support/engines');
-const { runChild } = require('./support/child');
+const { postgres, mysql, redis } = require('../support/engines');
+const { runChild } = require('../support/child');
 
 /** The child's established TCP connections to `port`, as `ss` prints them. */
 const SCRIPT = `

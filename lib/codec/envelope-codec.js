@@ -1,7 +1,12 @@
 'use strict';
 
+// lib/codec/: the stored form of a message, shared with the TypeScript transports: an envelope
+// encoded through the app's serializer into the body and headers a row or stream entry holds,
+// and decoded back (or found to be poison). The transports and the SQL outbox both write
+// through it, so a message stored either way reads the same.
+
 const { DelayStamp } = require('@schally/nestjs-messenger');
-const { wellFormed } = require('./option-checks');
+const { wellFormed } = require('../options/option-checks');
 
 /**
  * Encodes an envelope into the stored form shared with the TypeScript transports: the

@@ -1,6 +1,6 @@
 'use strict';
 
-const { invalidArgument } = require('./errors');
+const { invalidArgument } = require('../native/errors');
 
 /**
  * A `@nestjs/terminus` health indicator for any of the package's transports (anything with

@@ -1,14 +1,14 @@
 'use strict';
 
-// Sends settle through one native callback per transport (src/completions.rs, lib/send-pipe.js)
+// Sends settle through one native callback per transport (src/completions.rs, lib/transports/send-pipe.js)
 // rather than a native promise each. What a promise gave for free must still hold, and only a
 // process of its own shows it: a send that is all a process has left keeps it alive until the
 // send settles, and nothing keeps it alive after (no close() here: the connections are the
 // addon's own and hold no event loop).
 
-const { postgres, mysql, redis } = require('./support/engines');
-const { runChild } = require('./support/child');
-const { SqlTransport, RedisStreamsTransport } = require('..');
+const { postgres, mysql, redis } = require('../support/engines');
+const { runChild } = require('../support/child');
+const { SqlTransport, RedisStreamsTransport } = require('../..');
 
 /** How many messages `target` holds, read by a transport of this process. */
 async function countOf(engine, target) {

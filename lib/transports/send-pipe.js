@@ -1,7 +1,7 @@
 'use strict';
 
-const { fromNative, nativeSync } = require('./errors');
-const { isNodeHost } = require('./host');
+const { fromNative, nativeSync } = require('../native/errors');
+const { isNodeHost } = require('../native/host');
 
 /** Sends served on the event loop's own thread (src/direct_sends.rs) need Node.js's libuv. */
 const DIRECT_SENDS = isNodeHost();

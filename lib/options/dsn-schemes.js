@@ -1,7 +1,7 @@
 'use strict';
 
 const { TransportConnectionError } = require('@schally/nestjs-messenger');
-const { withCode } = require('./errors');
+const { withCode } = require('../native/errors');
 
 /**
  * The DSN checks the upstream packages export (`dialectFromDsn` from the SQL transport,

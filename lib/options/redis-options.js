@@ -2,9 +2,9 @@
 
 const { randomUUID } = require('node:crypto');
 const { JsonSerializer } = require('@schally/nestjs-messenger');
-const { invalidArgument } = require('./errors');
+const { invalidArgument } = require('../native/errors');
 const { ackModeOf, nonNegativeNumber, positiveNumber, sendBacklogOf, wellFormed } = require('./option-checks');
-const { loggerOf } = require('./event-log');
+const { loggerOf } = require('../telemetry/event-log');
 const { redisConnectionOf } = require('./redis-connection-options');
 
 /** Defaults, identical to `@schally/nestjs-messenger-transport-redis`'s. */

@@ -7,9 +7,9 @@
 // consumer's) are in the fault suite (faults/logger.faults.test.js).
 
 const { Envelope, InvalidArgumentError, JsonSerializer, TransportMessageIdStamp } = require('@schally/nestjs-messenger');
-const { postgres, mysql, sqlite, redis } = require('./support/engines');
-const { TestMessage, envelopeOf, serializer } = require('./support/transport-helpers');
-const { engineTransports } = require('./support/engine-transports');
+const { postgres, mysql, sqlite, redis } = require('../support/engines');
+const { TestMessage, envelopeOf, serializer } = require('../support/transport-helpers');
+const { engineTransports } = require('../support/engine-transports');
 
 class Unregistered {
   constructor(secret) {
