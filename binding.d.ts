@@ -71,7 +71,7 @@ export declare class NativeQueue {
    * write (its handler is done); acks and rejects do this themselves.
    */
   settled(id: string): void
-  /** Counters and buffer figures of this instance, read synchronously (see `stats.rs`). */
+  /** Counters and buffer figures of this instance, read synchronously (see `queue/stats.rs`). */
   stats(): NativeStats
   /** Replaces message `id` by a copy in one statement; null if `id` no longer exists. */
   redeliver(id: string, body: string, headers: string, delayMs: number): Promise<string | null>
@@ -269,7 +269,7 @@ export declare function sqlDialectOf(dsn: string): SqlDialectFacts
 export declare function sqlOutboxStatement(dsn: string, tableName: string, useNotify: boolean): SqlOutboxStatement
 
 /**
- * An outbox INSERT (see `crate::sql::outbox`): text in the dialect's placeholders and the
+ * An outbox INSERT (see `crate::engines::sql::outbox`): text in the dialect's placeholders and the
  * names of the values each placeholder takes, in order.
  */
 export interface SqlOutboxStatement {

@@ -1,7 +1,7 @@
 'use strict';
 
 // MariaDB's limit for the native transport's own consume statements, sent in the order and
-// the protocol the transport sends them (src/sql/mysql/mod.rs `claim`, sqlx 0.8): BEGIN
+// the protocol the transport sends them (src/engines/sql/mysql/mod.rs `claim`, sqlx 0.8): BEGIN
 // (text); the claim SELECT … FOR UPDATE SKIP LOCKED as a cached prepared statement; the
 // UPDATE of `delivered_at` to the claim's token and the COMMIT as one text round trip (COMMIT
 // alone when the claim found nothing); then the fenced batched DELETE as plain text
@@ -13,7 +13,7 @@ const { drainPrefilled } = require('./limit-queue');
 /** The default redelivery timeout (lib/options/sql-options.js), bound as the claim's lease. */
 const LEASE_SECONDS = 3600;
 const TABLE = 'messenger_messages';
-/** `TOKEN_OF` of src/sql/mysql/statements.rs. */
+/** `TOKEN_OF` of src/engines/sql/mysql/statements.rs. */
 const TOKEN_OF = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at)";
 const CLAIM_SELECT =
   `SELECT CAST(id AS CHAR) AS id, body, headers, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', NOW(3)) AS token FROM ${TABLE} ` +

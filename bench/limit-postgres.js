@@ -1,9 +1,9 @@
 'use strict';
 
 // PostgreSQL's limit for the native transport's own consume statements, driven by pgbench
-// with one client: the claim of src/sql/postgres/statements.rs (the shared schema's predicate
+// with one client: the claim of src/engines/sql/postgres/statements.rs (the shared schema's predicate
 // and order, FOR UPDATE SKIP LOCKED, the `delivered_at` stamp, the token) and the fenced
-// batched delete of src/sql/table_queue.rs, each in its own autocommit transaction as the
+// batched delete of src/engines/sql/table_queue.rs, each in its own autocommit transaction as the
 // transport runs them.
 
 const { execFileSync } = require('node:child_process');
@@ -15,7 +15,7 @@ const { drainPrefilled } = require('./limit-queue');
 
 /** The default redelivery timeout (lib/options/sql-options.js), bound as the claim's lease. */
 const LEASE_SECONDS = 3600;
-/** `stamp_span_ms` (src/sql/claim_doubt.rs) for that lease: a tenth, at most 100 ms. */
+/** `stamp_span_ms` (src/engines/sql/claim_doubt.rs) for that lease: a tenth, at most 100 ms. */
 const SPAN_MS = 100;
 /** `TOKEN_OF` of statements.rs: a claim's token, `delivered_at` in microseconds. */
 const TOKEN_OF = '(extract(epoch FROM delivered_at) * 1000000)::bigint';

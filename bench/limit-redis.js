@@ -1,7 +1,7 @@
 'use strict';
 
 // Redis's limit for the native transport's own consume commands, in its order
-// (src/redis/reads.rs `claim_from_server`, src/redis/engine.rs `delete`): the promote script
+// (src/engines/redis/reads.rs `claim_from_server`, src/engines/redis/engine.rs `delete`): the promote script
 // on the delayed set, XREADGROUP … COUNT n STREAMS s >, then the ack of the claimed entries.
 // Claimed entries carry a token, so the native ack is the settle script (XPENDING of the id
 // range for this consumer, XACK, XDEL), not the plain MULTI XACK + XDEL that `ack_and_delete`
@@ -17,7 +17,7 @@ const { drainPrefilled } = require('./limit-queue');
 const SCRIPTS = path.join(__dirname, '..', 'src', 'redis', 'scripts');
 /** The transport's default group (lib/options/redis-options.js). */
 const GROUP = 'messenger';
-/** PROMOTE_LIMIT of src/redis/reads.rs. */
+/** PROMOTE_LIMIT of src/engines/redis/reads.rs. */
 const PROMOTE_LIMIT = 100;
 
 /** An ioredis client with the transport's promote and settle scripts as commands. */

@@ -2,7 +2,7 @@
 
 // A PostgreSQL claim whose reply is lost is released by the consumer's next claim: the rows of
 // the queue stamped with the lost claim's residue in the time it can have run in (see
-// src/sql/claim_doubt.rs). Renewals stamp `delivered_at` too. A renewal stamped in that window
+// src/engines/sql/claim_doubt.rs). Renewals stamp `delivered_at` too. A renewal stamped in that window
 // with the same residue belongs to a message a handler is still running: releasing it hands the
 // message to a second consumer while the first still works on it.
 //

@@ -3,7 +3,7 @@
 // The transports under JavaScript runtimes other than Node.js that load Node-API addons: Bun
 // and Deno, from their npm packages (devDependencies). Each runs smoke.cjs (send, get, ack,
 // reject) on every engine in a process of its own. Those runtimes export libuv's names as
-// stubs, so the send path served on Node.js's own event loop (src/direct_sends.rs, chosen in
+// stubs, so the send path served on Node.js's own event loop (src/direct/sends.rs, chosen in
 // lib/native/host.js) must stay off there: on Redis it aborted Bun and crashed Deno.
 
 const fs = require('node:fs');

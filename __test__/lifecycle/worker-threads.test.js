@@ -1,7 +1,7 @@
 'use strict';
 
 // A worker thread terminated while its sends are in flight. On a single Redis node a worker's
-// sends are served on its own event loop (src/direct_sends.rs); terminating the worker tears
+// sends are served on its own event loop (src/direct/sends.rs); terminating the worker tears
 // its environment down with those sends unanswered. When the worker is the only thread that
 // loaded the addon, napi-rs shuts its async runtime down before the transport's finalizer
 // runs, so the finalizer must settle what it holds without the runtime. Either way the

@@ -1,6 +1,6 @@
 'use strict';
 
-// Sends served on the JavaScript thread (src/direct_sends.rs, src/redis/direct.rs): after the
+// Sends served on the JavaScript thread (src/direct/sends.rs, src/engines/redis/direct.rs): after the
 // first send, a single node's due sends go over a connection of their own, written by the
 // send() call and read on the event loop. On a throwaway redis-server, because the cases pause
 // it and kill its clients. What must hold: the path is taken; sends keep their order; a

@@ -8,7 +8,7 @@ const { SqlTransport } = require('../..');
 const { postgres, mysql } = require('../support/engines');
 const { startProxy, viaProxy } = require('../faults/support/proxy');
 
-/** How long first contact waits for the pool's first connection before it probes (src/sql/target.rs). */
+/** How long first contact waits for the pool's first connection before it probes (src/engines/sql/target.rs). */
 const PROBE_GRACE_MS = 50;
 
 describe.each([

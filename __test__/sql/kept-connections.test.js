@@ -13,7 +13,7 @@ const { startProxy, viaProxy } = require('../faults/support/proxy');
 const { serializer, envelopeOf, idOf, pollUntil } = require('../support/transport-helpers');
 
 const MESSAGES = 3000;
-/** How long a kept connection waits for its next statement (src/sql/kept_connection.rs). */
+/** How long a kept connection waits for its next statement (src/engines/sql/kept_connection.rs). */
 const KEEP_FOR_MS = 1000;
 
 /** Sends `count` messages through `transport`, 100 in flight. */

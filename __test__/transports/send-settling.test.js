@@ -1,6 +1,6 @@
 'use strict';
 
-// Sends settle through one native callback per transport (src/completions.rs, lib/transports/send-pipe.js)
+// Sends settle through one native callback per transport (src/queue/completions.rs, lib/transports/send-pipe.js)
 // rather than a native promise each. What a promise gave for free must still hold, and only a
 // process of its own shows it: a send that is all a process has left keeps it alive until the
 // send settles, and nothing keeps it alive after (no close() here: the connections are the
@@ -31,7 +31,7 @@ const SCRIPT = `
 `;
 
 // Sends made after others went out over a connection's round trips: on a single Redis node
-// these take the send connection served on the JavaScript thread (src/direct_sends.rs),
+// these take the send connection served on the JavaScript thread (src/direct/sends.rs),
 // whose socket is watched by the event loop but must not keep it alive by itself.
 const AFTER_OTHERS = `
   const t = new Transport(transportOptions());

@@ -4,7 +4,7 @@ const { ENGINES } = require('../engines');
 const { BenchMessage, sendAsApp } = require('../message');
 const { measure } = require('../cpu');
 
-/** The name the native Redis transport's direct send connection gives itself (src/redis/direct.rs). */
+/** The name the native Redis transport's direct send connection gives itself (src/engines/redis/direct.rs). */
 const DIRECT_SEND_CLIENT = 'nestjs-messenger-native:send';
 
 /**

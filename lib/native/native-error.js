@@ -1,6 +1,6 @@
 'use strict';
 
-// The envelope a Rust error crosses the boundary in (see src/error.rs), read without the core
+// The envelope a Rust error crosses the boundary in (see src/support/error.rs), read without the core
 // (the CLI uses it too): `{ code, message, cause?: { code?, message, errno?, sqlState? } }`.
 
 const STABLE_CODE = /^E_[A-Z_]+$/;

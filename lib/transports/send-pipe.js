@@ -3,13 +3,13 @@
 const { fromNative, nativeSync } = require('../native/errors');
 const { isNodeHost } = require('../native/host');
 
-/** Sends served on the event loop's own thread (src/direct_sends.rs) need Node.js's libuv. */
+/** Sends served on the event loop's own thread (src/direct/sends.rs) need Node.js's libuv. */
 const DIRECT_SENDS = isNodeHost();
 
 /**
  * A queue's sends as promises, settled in batches: each send is queued by a sync native call
  * under a sequence number, and the native side reports every send that settled meanwhile in
- * one callback (see src/completions.rs). While a send is waited on, the native callback keeps
+ * one callback (see src/queue/completions.rs). While a send is waited on, the native callback keeps
  * the event loop alive, as a pending native promise would.
  */
 class SendPipe {

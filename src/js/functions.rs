@@ -42,7 +42,7 @@ pub fn sql_dialect_of(dsn: String) -> napi::Result<SqlDialectFacts> {
     })
 }
 
-/// An outbox INSERT (see `crate::sql::outbox`): text in the dialect's placeholders and the
+/// An outbox INSERT (see `crate::engines::sql::outbox`): text in the dialect's placeholders and the
 /// names of the values each placeholder takes, in order.
 #[napi(object)]
 pub struct SqlOutboxStatement {

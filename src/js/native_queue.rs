@@ -262,7 +262,7 @@ impl NativeQueue {
         self.queue.given_up(&id);
     }
 
-    /// Counters and buffer figures of this instance, read synchronously (see `stats.rs`).
+    /// Counters and buffer figures of this instance, read synchronously (see `queue/stats.rs`).
     #[napi(catch_unwind)]
     pub fn stats(&self) -> NativeStats {
         NativeStats::from(self.queue.stats())

@@ -2,7 +2,7 @@
 //!
 //! Async napi functions can only reject with a generic status and a message, so an error
 //! crosses as a JSON envelope in the message (`{"code":"E_…","message":…,"cause":…}`) that
-//! `lib/errors.js` turns back into the core's classes: the stable code becomes `error.code`,
+//! `lib/native/errors.js` turns back into the core's classes: the stable code becomes `error.code`,
 //! the driver's own code and text become `error.cause`.
 
 use std::fmt;
@@ -199,7 +199,7 @@ pub fn redact(text: &str, secrets: &[String]) -> String {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    /// The message as it crosses the boundary: a JSON envelope `lib/errors.js` unpacks
+    /// The message as it crosses the boundary: a JSON envelope `lib/native/errors.js` unpacks
     /// (`{"code","message"}` and, when there is one, `"cause":{"code","message","errno","sqlState"}`,
     /// absent fields left out).
     pub fn boundary_message(&self) -> String {
