@@ -6,5 +6,8 @@
 
 pub mod loop_callback;
 pub mod owned_by_thread;
+mod send_handover;
+mod send_state;
 pub mod sends;
+pub mod settle_report;
 pub mod uv;

@@ -7,7 +7,9 @@ use super::options::{self, millis, RedisQueueOptions, SqlQueueOptions};
 use super::settled_sends::{settled_sends, SendReporter, SettledSends, SettledTsfn};
 use super::text::JsText;
 use super::values::{NativeEvent, NativeHealth, NativeMessage, NativeStats};
-use crate::direct::{loop_callback, sends as direct_sends};
+use crate::direct::loop_callback;
+use crate::direct::sends::DirectSends;
+use crate::direct::settle_report::{LoopReport, Report, ToRuntime};
 use crate::queue::completions;
 use crate::queue::engine::NewMessage;
 use crate::queue::Queue;
@@ -24,7 +26,7 @@ pub struct NativeQueue {
     /// Where sends settle (see `completions`), from the first `onSendsSettled` call.
     sends: std::sync::Mutex<Option<SendReporter>>,
     /// Sends served on the JavaScript thread, where the engine has that path.
-    direct: std::sync::Mutex<Option<direct_sends::DirectSends>>,
+    direct: std::sync::Mutex<Option<DirectSends>>,
     /// Sends on the runtime's path not settled yet (the direct path waits for none).
     elsewhere: Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -83,7 +85,7 @@ impl NativeQueue {
             .build_callback(|ctx| Ok(settled_sends(ctx.value)))?;
         let tsfn = Arc::new(std::sync::Mutex::new(tsfn));
         let reporter = tsfn.clone();
-        let report: direct_sends::Report = Arc::new(move |batch| {
+        let report: Report = Arc::new(move |batch| {
             // Fails only once the environment is tearing down: nobody is waiting.
             let reporter = reporter.lock().unwrap_or_else(|p| p.into_inner());
             let _ = reporter.call(
@@ -96,7 +98,7 @@ impl NativeQueue {
             completions::Completions::start(move |batch| to_js(batch))
         });
         let (queue, elsewhere) = (self.queue.clone(), self.elsewhere.clone());
-        let to_runtime: direct_sends::ToRuntime = Arc::new(move |seq, message| {
+        let to_runtime: ToRuntime = Arc::new(move |seq, message| {
             // Queued here, on the calling thread: the order of calls is the order of the rows.
             let stored = within_runtime_if_available(|| queue.send(message))?;
             let elsewhere = elsewhere.clone();
@@ -119,7 +121,7 @@ impl NativeQueue {
         // just has no direct path.
         // SAFETY: inside this napi call, on its thread; `callback` is a function.
         let here = unsafe { loop_callback::LoopCallback::new(env.raw(), callback.raw()) };
-        let report_here = here.map(|here| -> direct_sends::LoopReport {
+        let report_here = here.map(|here| -> LoopReport {
             std::rc::Rc::new(move |batch| {
                 let mut batch = Some(batch);
                 // SAFETY: the direct path calls this only from its loop callbacks.
@@ -139,7 +141,7 @@ impl NativeQueue {
                 }
             })
         });
-        *self.direct.lock().unwrap_or_else(|p| p.into_inner()) = direct_sends::DirectSends::new(
+        *self.direct.lock().unwrap_or_else(|p| p.into_inner()) = DirectSends::new(
             env,
             self.queue.clone(),
             report,

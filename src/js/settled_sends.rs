@@ -2,7 +2,7 @@
 //! and errors, through one threadsafe function per queue (or, on the direct path, one call
 //! from the event loop's own callbacks).
 
-use crate::direct::sends::ToRuntime;
+use crate::direct::settle_report::ToRuntime;
 use crate::queue::completions::Settled;
 use std::sync::Arc;
 
