@@ -72,7 +72,7 @@ pub async fn doctor(request: &Target) -> Report {
             Err(err) => return invalid_dsn(err),
         };
         let mut report = Report::new(&dsn.secrets);
-        let target = sql_doctor::SqlTarget {
+        let target = sql_doctor::steps::SqlTarget {
             dsn: &dsn,
             table: request.table.as_deref().unwrap_or(DEFAULT_TABLE),
             connect_timeout: request.connect_timeout,
@@ -90,7 +90,7 @@ pub async fn doctor(request: &Target) -> Report {
 }
 
 /// The `queue` line: the name as the transport accepts it, and what the queue holds.
-async fn queue_check(report: &mut Report, target: &sql_doctor::SqlTarget<'_>, queue: &str) {
+async fn queue_check(report: &mut Report, target: &sql_doctor::steps::SqlTarget<'_>, queue: &str) {
     if let Err(err) = crate::support::ident::validate_queue_name(queue) {
         report.fail("queue", err.message);
         return;

@@ -1,0 +1,209 @@
+//! `doctor` on MySQL/MariaDB: SKIP LOCKED, the shared table and its index, and the isolation
+//! level the transport's connections run at.
+
+use super::steps::{connected, index_columns, or_fail, table_missing, SqlTarget};
+use crate::diagnostics::checks::{judge_clock, judge_version, Report};
+use crate::diagnostics::connect::{
+    bounded, host_now_ms, open_server, sql_error, SqlSession, STATEMENT_BOUND,
+};
+use crate::diagnostics::schema::{judge_columns, judge_index, Column};
+use crate::engines::sql::mysql::MySql;
+use crate::support::dsn::Dialect;
+use sqlx::{Executor, Row};
+
+pub(super) async fn doctor(report: &mut Report, target: &SqlTarget<'_>) {
+    let opened = open_server::<MySql>(target.dsn, target.connect_timeout).await;
+    let Some(mut s) = or_fail(report, "connect", opened) else {
+        return;
+    };
+    connected(report, target, s.connect_ms);
+    mysql_checks(report, target, &mut s).await;
+    s.close().await;
+}
+
+/// `bigint(20) unsigned` → `bigint unsigned` (MariaDB and MySQL 5 show integer display
+/// widths, MySQL 8 does not).
+fn mysql_type(ty: &str) -> String {
+    let ty = ty.to_lowercase();
+    for int in ["tinyint(", "smallint(", "mediumint(", "bigint(", "int("] {
+        if let Some(rest) = ty.strip_prefix(int) {
+            if let Some(close) = rest.find(')') {
+                return format!("{}{}", &int[..int.len() - 1], &rest[close + 1..]);
+            }
+        }
+    }
+    ty
+}
+
+async fn mysql_checks(report: &mut Report, t: &SqlTarget<'_>, s: &mut SqlSession<MySql>) {
+    let version = run!(
+        MySql,
+        t,
+        "server version",
+        s.conn.fetch_one("SELECT VERSION() AS v")
+    )
+    .await
+    .and_then(|row| {
+        row.try_get::<String, _>("v")
+            .map_err(|e| sql_error::<MySql>("server version", e, &[]))
+    });
+    if let Some(version) = or_fail(report, "server version", version) {
+        if version.to_ascii_lowercase().contains("mariadb") {
+            judge_version(
+                report,
+                "server version",
+                "MariaDB",
+                &version,
+                (10, 6, 0),
+                "FOR UPDATE SKIP LOCKED",
+            );
+        } else {
+            judge_version(
+                report,
+                "server version",
+                "MySQL",
+                &version,
+                (8, 0, 1),
+                "FOR UPDATE SKIP LOCKED",
+            );
+        }
+    }
+    let sent = host_now_ms();
+    let clock = run!(
+        MySql,
+        t,
+        "clock",
+        s.conn
+            .fetch_one("SELECT UNIX_TIMESTAMP(NOW(3)) * 1e3 AS ms")
+    )
+    .await;
+    if let Some(row) = or_fail(report, "clock", clock) {
+        judge_clock(
+            report,
+            row.try_get("ms").unwrap_or(f64::NAN),
+            sent,
+            host_now_ms(),
+        );
+    }
+    let columns = run!(
+        MySql,
+        t,
+        "columns",
+        sqlx::query(
+            "SELECT CAST(column_name AS CHAR) AS name, CAST(column_type AS CHAR) AS ty, \
+                    CAST(is_nullable AS CHAR) AS nullable, CAST(extra AS CHAR) AS extra \
+               FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? \
+              ORDER BY ordinal_position",
+        )
+        .bind(t.table)
+        .fetch_all(&mut s.conn)
+    )
+    .await;
+    let Some(rows) = or_fail(report, "table", columns) else {
+        return;
+    };
+    let exists = !rows.is_empty();
+    if !exists {
+        table_missing(report, t.table);
+    } else {
+        report.pass("table", format!("{} exists", t.table));
+        let found: Vec<Column> = rows
+            .iter()
+            .map(|r| Column {
+                name: r
+                    .try_get::<String, _>("name")
+                    .unwrap_or_default()
+                    .to_lowercase(),
+                ty: mysql_type(&r.try_get::<String, _>("ty").unwrap_or_default()),
+                nullable: r.try_get::<String, _>("nullable").unwrap_or_default() == "YES",
+                generated: r
+                    .try_get::<String, _>("extra")
+                    .unwrap_or_default()
+                    .to_lowercase()
+                    .contains("auto_increment"),
+            })
+            .collect();
+        judge_columns(report, Dialect::MySql, t.table, &found);
+        let indexes = run!(
+            MySql,
+            t,
+            "claim index",
+            sqlx::query(
+                "SELECT CAST(index_name AS CHAR) AS index_name, CAST(column_name AS CHAR) AS column_name \
+                   FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = ? \
+                  ORDER BY index_name, seq_in_index",
+            )
+            .bind(t.table)
+            .fetch_all(&mut s.conn)
+        )
+        .await;
+        if let Some(rows) = or_fail(report, "claim index", indexes) {
+            judge_index(report, t.table, &index_columns(&rows));
+        }
+        let probe = format!(
+            "SELECT id FROM {} WHERE 1 = 0 FOR UPDATE SKIP LOCKED",
+            t.table
+        );
+        let skip = run!(MySql, t, "skip locked", s.conn.execute(probe.as_str())).await;
+        if or_fail(report, "skip locked", skip).is_some() {
+            report.pass("skip locked", "FOR UPDATE SKIP LOCKED accepted");
+        }
+    }
+    isolation(report, t, s).await;
+}
+
+/// The isolation level a connection of the transport's pool runs at (its pool sets it on
+/// every new connection), beside the server's default.
+async fn isolation(report: &mut Report, t: &SqlTarget<'_>, s: &mut SqlSession<MySql>) {
+    let acquired = bounded(
+        t.connect_timeout + STATEMENT_BOUND,
+        "isolation",
+        s.pool.acquire(),
+        |e| sql_error::<MySql>("isolation", e, &t.dsn.secrets),
+    )
+    .await;
+    let Some(mut conn) = or_fail(report, "isolation", acquired) else {
+        return;
+    };
+    // MySQL 8 names it transaction_isolation; MariaDB before 11.1 only tx_isolation.
+    let mut levels = None;
+    for variable in ["transaction_isolation", "tx_isolation"] {
+        let sql = format!(
+            "SELECT CAST(@@SESSION.{variable} AS CHAR) AS session_level, CAST(@@GLOBAL.{variable} AS CHAR) AS global_level"
+        );
+        let read = run!(MySql, t, "isolation", conn.fetch_one(sql.as_str())).await;
+        if let Ok(row) = read {
+            levels = Some((
+                row.try_get::<String, _>("session_level")
+                    .unwrap_or_default(),
+                row.try_get::<String, _>("global_level").unwrap_or_default(),
+            ));
+            break;
+        }
+    }
+    match levels {
+        Some((session, global)) if session.eq_ignore_ascii_case("READ-COMMITTED") => report.pass(
+            "isolation",
+            format!("transport sessions run at {session} (server default {global})"),
+        ),
+        Some((session, _)) => report.fail(
+            "isolation",
+            format!("transport sessions run at {session}, expected READ-COMMITTED (claims would lock rows they pass)"),
+        ),
+        None => report.fail("isolation", "the session isolation level could not be read"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mysql_integer_display_widths_are_dropped() {
+        assert_eq!(mysql_type("bigint(20) unsigned"), "bigint unsigned");
+        assert_eq!(mysql_type("BIGINT UNSIGNED"), "bigint unsigned");
+        assert_eq!(mysql_type("int(11)"), "int");
+        assert_eq!(mysql_type("varchar(190)"), "varchar(190)");
+        assert_eq!(mysql_type("datetime(3)"), "datetime(3)");
+    }
+}
