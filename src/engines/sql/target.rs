@@ -313,7 +313,7 @@ where
     options.after_connect(move |conn, _meta| {
         let server = server.clone();
         Box::pin(async move {
-            crate::support::tcp_keepalive::keep_alive_sockets_to(&server.host, server.port).await;
+            crate::direct::own_sockets::keep_alive_sockets_to(&server.host, server.port).await;
             if let Some(sql) = session_setup {
                 sqlx::Executor::execute(&mut *conn, sql).await?;
             }
