@@ -4,24 +4,26 @@
 // path a file names (in `use` lines and inline) is resolved to the file that defines it, and
 // the strongly connected components of that graph with more than one file are the cycles.
 // `mod` declarations are not edges: a parent owns its children, it does not import them.
-// Exits 1 when there is a cycle, printing each; `--json` prints the graph's cycles as JSON.
+// The same is done between the layers (src/'s top-level folders): a file's edges to another
+// folder are that folder's edges. Exits 1 when there is a cycle, printing each; `--json`
+// prints the cycles as JSON.
 
 const fs = require('node:fs');
 const path = require('node:path');
 
 const SRC = path.join(__dirname, '..', 'src');
 
-/** Every .rs file under src/, as its module path (['sql', 'dialect']) and file path. */
-function moduleFiles(dir = SRC, prefix = []) {
+/** Every .rs file under `root`, as its module path (['sql', 'dialect']) and file path. */
+function moduleFiles(root, dir = root, prefix = []) {
   const files = [];
   for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
     const full = path.join(dir, entry.name);
     if (entry.isDirectory()) {
-      files.push(...moduleFiles(full, [...prefix, entry.name]));
+      files.push(...moduleFiles(root, full, [...prefix, entry.name]));
     } else if (entry.name.endsWith('.rs')) {
       const stem = entry.name.slice(0, -3);
       const modulePath = stem === 'mod' || (prefix.length === 0 && stem === 'lib') ? prefix : [...prefix, stem];
-      files.push({ modulePath, file: path.relative(SRC, full) });
+      files.push({ modulePath, file: path.relative(root, full) });
     }
   }
   return files;
@@ -108,13 +110,13 @@ function referencedPaths(text, filePath) {
   });
 }
 
-/** The import graph: file → set of files it refers to (itself excluded). */
-function importGraph() {
-  const files = moduleFiles();
+/** The import graph of the crate rooted at `src`: file → set of files it refers to (itself excluded). */
+function importGraph(src = SRC) {
+  const files = moduleFiles(src);
   const byModule = new Map(files.map((f) => [f.modulePath.join('::'), f.file]));
   const graph = new Map();
   for (const { modulePath, file } of files) {
-    const text = fs.readFileSync(path.join(SRC, file), 'utf8');
+    const text = fs.readFileSync(path.join(src, file), 'utf8');
     const targets = new Set();
     for (const referenced of referencedPaths(text, modulePath)) {
       // The longest prefix that is a module names the file that defines the item.
@@ -168,25 +170,45 @@ function cycles(graph) {
   return found;
 }
 
-function main() {
-  const graph = importGraph();
-  const found = cycles(graph);
-  if (process.argv.includes('--json')) {
-    process.stdout.write(`${JSON.stringify(found, null, 2)}\n`);
-  } else if (found.length === 0) {
-    process.stdout.write(`No import cycle between the ${graph.size} files of src/.\n`);
-  } else {
-    for (const component of found) {
-      process.stdout.write(`Cycle of ${component.length} files:\n`);
-      for (const file of component) {
-        const inside = [...graph.get(file)].filter((f) => component.includes(f));
-        process.stdout.write(`  ${file} → ${inside.join(', ')}\n`);
-      }
+/** The graph between layers: a file's edges to a file of another top-level folder. */
+function layerGraph(graph) {
+  const layerOf = (file) => file.split(path.sep)[0];
+  const layers = new Map();
+  for (const [file, targets] of graph) {
+    const from = layerOf(file);
+    if (!layers.has(from)) layers.set(from, new Set());
+    for (const target of targets) {
+      if (layerOf(target) !== from) layers.get(from).add(layerOf(target));
     }
   }
-  process.exitCode = found.length === 0 ? 0 : 1;
+  return layers;
+}
+
+function print(kind, graph, found) {
+  for (const component of found) {
+    process.stdout.write(`Cycle of ${component.length} ${kind}:\n`);
+    for (const node of component) {
+      const inside = [...graph.get(node)].filter((n) => component.includes(n));
+      process.stdout.write(`  ${node} → ${inside.join(', ')}\n`);
+    }
+  }
+}
+
+function main() {
+  const graph = importGraph();
+  const layers = layerGraph(graph);
+  const found = { files: cycles(graph), layers: cycles(layers) };
+  if (process.argv.includes('--json')) {
+    process.stdout.write(`${JSON.stringify(found, null, 2)}\n`);
+  } else if (found.files.length === 0 && found.layers.length === 0) {
+    process.stdout.write(`No import cycle between the ${graph.size} files of src/, nor between its ${layers.size} layers.\n`);
+  } else {
+    print('files', graph, found.files);
+    print('layers', layers, found.layers);
+  }
+  process.exitCode = found.files.length === 0 && found.layers.length === 0 ? 0 : 1;
 }
 
 if (require.main === module) main();
 
-module.exports = { importGraph, cycles };
+module.exports = { importGraph, layerGraph, cycles };
