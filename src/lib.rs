@@ -1,7 +1,7 @@
 //! Native message transports for `@schally/nestjs-messenger`. The layers, top-down (each may
 //! import only the ones below it; `npm run check:cycles` fails on a cycle between files):
 //!
-//! - `js`: the JavaScript surface: the exported class and functions, and conversion;
+//! - `napi`: the JavaScript surface: the exported class and functions, and conversion;
 //! - `diagnostics`: the `doctor` and `stats` commands;
 //! - `direct`: sends served on the host's event loop, and every call into the host process
 //!   that Rust cannot check (libuv handles, callbacks into JavaScript, descriptors);
@@ -12,7 +12,7 @@
 //! - `support`: what every layer uses: errors, DSNs, identifiers, backoff, durations, shared
 //!   per-DSN targets, TCP keepalive.
 //!
-//! `unsafe` code lives only in `js` and `direct`.
+//! `unsafe` code lives only in `napi` and `direct`.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -24,6 +24,6 @@ extern crate napi_derive;
 pub mod diagnostics;
 pub mod direct;
 pub mod engines;
-pub mod js;
+pub mod napi;
 pub mod queue;
 pub mod support;

@@ -3,8 +3,8 @@
 //! claimed message handed over as one array, and the runtime napi-rs runs our futures on. It
 //! holds no queue logic: a call goes down to `queue` (sends through `direct` when the host's
 //! event loop can serve them), `engines` (to open one) or `support`. It may import every
-//! layer; nothing imports it. (Named `js`, not `napi`, so that the napi crate's name stays
-//! unshadowed at the crate root, where napi-rs's macros expand.)
+//! layer; nothing imports it. (Inside it, `napi::` still names the napi crate: a module's
+//! own name is not in scope in its children.)
 
 pub mod message;
 pub mod runtime;
