@@ -19,35 +19,44 @@ function crate(files) {
   return root;
 }
 
-describe('the import-cycle check', () => {
-  test('finds two files that import each other, through crate:: and super:: paths', () => {
-    const root = crate({
+/** Small crates, and the cycles the check must find in them: between files, and between layers. */
+const CASES = [
+  {
+    name: 'two files that import each other, through crate:: and super:: paths',
+    files: {
       'lib.rs': 'mod a;\nmod b;\n',
       'a.rs': 'use crate::b::Thing;\npub struct Other;\n',
       'b.rs': 'pub struct Thing;\nfn f() -> super::a::Other { todo!() }\n',
-    });
-    expect(cycles(importGraph(root))).toEqual([['a.rs', 'b.rs']]);
-  });
-
-  test('reads use lists, and super:: inside an inline module as that module’s parent', () => {
-    const root = crate({
+    },
+    fileCycles: [['a.rs', 'b.rs']],
+    // Files at the top of src/ are layers of their own.
+    layerCycles: [['a.rs', 'b.rs']],
+  },
+  {
+    // mod.rs → x.rs, y.rs; `super::*` in x.rs's tests is x.rs itself, not mod.rs.
+    name: 'use lists, and super:: inside an inline module (no cycle)',
+    files: {
       'lib.rs': 'mod q;\n',
       'q/mod.rs': 'mod x;\nmod y;\nuse self::{x::X, y::Y};\n',
       'q/x.rs': 'pub struct X;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n',
       'q/y.rs': 'pub struct Y;\n',
-    });
-    // mod.rs → x.rs, y.rs; `super::*` in x.rs's tests is x.rs itself, not mod.rs.
-    expect(cycles(importGraph(root))).toEqual([]);
-    const withBackEdge = crate({
+    },
+    fileCycles: [],
+    layerCycles: [],
+  },
+  {
+    name: 'a child that imports its parent, which imports it',
+    files: {
       'lib.rs': 'mod q;\n',
       'q/mod.rs': 'mod x;\nuse self::x::X;\npub struct Top;\n',
       'q/x.rs': 'pub struct X;\nuse super::Top;\n',
-    });
-    expect(cycles(importGraph(withBackEdge))).toEqual([['q/mod.rs', 'q/x.rs']]);
-  });
-
-  test('finds layers that import each other even when no two files do', () => {
-    const root = crate({
+    },
+    fileCycles: [['q/mod.rs', 'q/x.rs']],
+    layerCycles: [],
+  },
+  {
+    name: 'layers that import each other while no two files do',
+    files: {
       'lib.rs': 'mod low;\nmod high;\n',
       'low/mod.rs': 'mod a;\nmod b;\n',
       'low/a.rs': 'use crate::high::c::C;\npub struct A;\n',
@@ -55,10 +64,17 @@ describe('the import-cycle check', () => {
       'high/mod.rs': 'pub mod c;\nmod d;\n',
       'high/c.rs': 'pub struct C;\n',
       'high/d.rs': 'use crate::low::b::B;\n',
-    });
-    const graph = importGraph(root);
-    expect(cycles(graph)).toEqual([]);
-    expect(cycles(layerGraph(graph))).toEqual([['high', 'low']]);
+    },
+    fileCycles: [],
+    layerCycles: [['high', 'low']],
+  },
+];
+
+describe('the import-cycle check', () => {
+  test.each(CASES)('finds $name', ({ files, fileCycles, layerCycles }) => {
+    const graph = importGraph(crate(files));
+    expect(cycles(graph)).toEqual(fileCycles);
+    expect(cycles(layerGraph(graph))).toEqual(layerCycles);
   });
 
   test('src/ has no cycle between files or between layers', () => {
