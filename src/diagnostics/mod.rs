@@ -5,9 +5,10 @@
 //! One concern per file: `checks` (verdicts, the report, version and clock judgements),
 //! `schema` (the shared table's expected shape and the drift found), `connect` (connections
 //! made as the transports make theirs, every wait bounded, errors without secrets),
-//! `sql_doctor` and `redis_doctor` (the checks of each engine), `redis_values` (reply
+//! `sql_doctor/` (one file per dialect) and `redis_doctor` (the checks of each engine), `redis_values` (reply
 //! reading), `stats` (the samples) and `exports` (the napi functions). Nothing here creates,
-//! changes or claims anything a transport uses.
+//! changes or claims anything a transport uses. It imports `engines` (their dialects and
+//! connections), `queue` and `support`; only `napi` is above it.
 
 pub mod checks;
 mod connect;
