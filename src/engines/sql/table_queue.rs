@@ -10,7 +10,7 @@ use super::errors::outcome_unknown;
 use super::ids::{held_condition, held_rows, row_id, HeldRow};
 use super::retry::with_transient_retry;
 use super::table_poller::{self, IdleQueue};
-use super::target::SqlTarget;
+use super::target::{SqlTarget, MAX_POOL_CONNECTIONS};
 use crate::queue::engine::WaitOutcome;
 use crate::queue::engine::{Engine, Held, NewMessage, StoredMessage};
 use crate::queue::wake::{WaitEnd, WakeSignal};
@@ -269,7 +269,7 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
     fn setup(&self) -> BoxFuture<'_, Result<()>> {
         Box::pin(self.bounded("setup", None, async move {
             self.ready("setup").await?;
-            with_transient_retry(D::classify, || {
+            with_transient_retry(MAX_POOL_CONNECTIONS, D::classify, || {
                 D::Db::set_up(
                     &self.target.pool,
                     self.shared_sql.setup_done.as_deref(),
@@ -303,7 +303,7 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
     fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
         Box::pin(self.bounded("claim", None, async move {
             self.ready("claim").await?;
-            with_transient_retry(D::classify, || self.claim_once(limit))
+            with_transient_retry(MAX_POOL_CONNECTIONS, D::classify, || self.claim_once(limit))
                 .await
                 .map_err(|e| self.err("claim", e))
         }))
@@ -367,9 +367,11 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
                 );
                 let deleted = self
                     .bounded("ack", None, async {
-                        with_transient_retry(D::classify, || self.delete_rows(&sql))
-                            .await
-                            .map_err(|e| self.err("ack", e))
+                        with_transient_retry(MAX_POOL_CONNECTIONS, D::classify, || {
+                            self.delete_rows(&sql)
+                        })
+                        .await
+                        .map_err(|e| self.err("ack", e))
                     })
                     .await?;
                 if rows[0].token.is_some() {
@@ -387,9 +389,11 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             };
             let copied = self
                 .bounded("reject", None, async {
-                    with_transient_retry(D::classify, || D::redeliver(self, id, held.token, &copy))
-                        .await
-                        .map_err(|e| self.err("reject", e))
+                    with_transient_retry(MAX_POOL_CONNECTIONS, D::classify, || {
+                        D::redeliver(self, id, held.token, &copy)
+                    })
+                    .await
+                    .map_err(|e| self.err("reject", e))
                 })
                 .await?;
             if copied.is_some() {
@@ -409,9 +413,11 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             // Idempotent (it only clears a claim), so a stale pooled connection is retried:
             // otherwise released rows would stay hidden for the whole lease.
             self.bounded("release", None, async {
-                with_transient_retry(D::classify, || D::release(self, condition.clone()))
-                    .await
-                    .map_err(|e| self.err("release", e))
+                with_transient_retry(MAX_POOL_CONNECTIONS, D::classify, || {
+                    D::release(self, condition.clone())
+                })
+                .await
+                .map_err(|e| self.err("release", e))
             })
             .await
         })

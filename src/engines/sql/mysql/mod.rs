@@ -20,6 +20,7 @@ use crate::engines::sql::retry::with_rollback_retry;
 use crate::engines::sql::table_queue::TableQueue;
 use crate::engines::sql::target::{
     invalid_dsn, server_pool_options, with_keepalive, ServerAddress, SqlTarget,
+    MAX_POOL_CONNECTIONS,
 };
 use crate::queue::engine::{Held, NewMessage, StoredMessage};
 use crate::queue::wake::WakeBoard;
@@ -169,7 +170,7 @@ impl SqlDialect for MySql {
     ) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
             let ranges = insert::packets(queue, &messages)?;
-            with_rollback_retry(Self::classify, || {
+            with_rollback_retry(MAX_POOL_CONNECTIONS, Self::classify, || {
                 insert::insert_once(queue, &messages, &ranges)
             })
             .await

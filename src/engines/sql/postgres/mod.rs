@@ -22,6 +22,7 @@ use crate::engines::sql::retry::with_rollback_retry;
 use crate::engines::sql::table_queue::TableQueue;
 use crate::engines::sql::target::{
     invalid_dsn, server_pool_options, with_keepalive, ServerAddress, SqlTarget,
+    MAX_POOL_CONNECTIONS,
 };
 use crate::queue::engine::{Held, NewMessage, StoredMessage};
 use crate::queue::wake::WakeBoard;
@@ -197,7 +198,7 @@ impl SqlDialect for Postgres {
                 headers.push(m.headers);
                 delays.push(m.delay_ms);
             }
-            let rows = with_rollback_retry(Self::classify, || async {
+            let rows = with_rollback_retry(MAX_POOL_CONNECTIONS, Self::classify, || async {
                 let mut conn = queue.target.acquire_for_write().await?;
                 let insert = sqlx::query::<sqlx::Postgres>(&queue.sql.insert)
                     .bind(&queue.config.queue)
