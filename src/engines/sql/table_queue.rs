@@ -10,7 +10,7 @@ use super::errors::outcome_unknown;
 use super::ids::{held_condition, held_rows, row_id, HeldRow};
 use super::retry::with_transient_retry;
 use super::table_poller::{self, IdleQueue};
-use super::target::{SqlTarget, MAX_POOL_CONNECTIONS};
+use super::target::{SqlTarget, MAX_POOL_CONNECTIONS, STATEMENT_BOUND};
 use crate::queue::engine::WaitOutcome;
 use crate::queue::engine::{Engine, Held, NewMessage, StoredMessage};
 use crate::queue::wake::{WaitEnd, WakeSignal};
@@ -236,11 +236,6 @@ impl<D: SqlDialect> TableQueue<D> {
         }
     }
 }
-
-/// How long a statement may take past the connect timeout (which bounds getting a
-/// connection) before it is given up: a silent server (a network blackhole, a half-open
-/// socket) must not hold a send, a claim, a release or `close()` for ever.
-pub(super) const STATEMENT_BOUND: Duration = Duration::from_secs(10);
 
 /// How long `close()` tries to release the rows of claims whose reply was lost.
 const SHUTDOWN_RELEASE_BOUND: Duration = Duration::from_secs(2);

@@ -4,15 +4,17 @@
 
 use super::claim_doubt::RecentClaims;
 use super::dialect::{DialectConnectOptions, OpenedTarget, SqlDialect};
+use super::driver::{Driver, DueRow};
 use super::driver::{Runner, SqlResult};
 use super::errors::Failure;
 use super::errors::{driver_error, no_answer, outcome_unknown};
 use super::kept_connection::KeptConnection;
-use super::table_poller::TablePollers;
+use super::table_poller::{PollTarget, TablePollers};
 use crate::queue::wake::WakeBoard;
 use crate::support::dsn::SqlDsn;
 use crate::support::error::{Error, Result};
 use crate::support::targets::FirstContact;
+use futures_util::future::BoxFuture;
 use sqlx::pool::{PoolConnection, PoolConnectionMetadata, PoolOptions};
 use sqlx::{ConnectOptions, Connection, Database, Pool};
 use std::sync::{Arc, Mutex};
@@ -29,6 +31,11 @@ const POOL_CLOSE_BOUND: Duration = Duration::from_secs(2);
 /// connection of its own (each connection costs the server a backend or a thread: on
 /// PostgreSQL about 6 ms of its CPU here).
 const PROBE_GRACE: Duration = Duration::from_millis(50);
+
+/// How long a statement may take past the connect timeout (which bounds getting a
+/// connection) before it is given up: a silent server (a network blackhole, a half-open
+/// socket) must not hold a send, a claim, a release, a poll or `close()` for ever.
+pub const STATEMENT_BOUND: Duration = Duration::from_secs(10);
 
 /// Connections per pool (per process and DSN) of a server dialect.
 pub const MAX_POOL_CONNECTIONS: u32 = 10;
@@ -244,6 +251,47 @@ impl<D: SqlDialect> SqlTarget<D> {
             D::cause(err),
             &self.secrets,
         )
+    }
+}
+
+impl<D: SqlDialect> PollTarget for SqlTarget<D> {
+    fn pollers(&self) -> &TablePollers {
+        &self.pollers
+    }
+
+    fn board(&self) -> &WakeBoard {
+        &self.board
+    }
+
+    fn due_by_queue(&self, table: &str, queues: &[&str]) -> String {
+        D::due_by_queue(table, queues)
+    }
+
+    /// On a server, on the connection claims keep (see `KeptConnection`): the claim a poll
+    /// wakes finds it, and a poll every interval keeps no other connection open.
+    fn fetch_due<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, SqlResult<Vec<DueRow>>> {
+        Box::pin(async move {
+            if !D::FACTS.has_server {
+                let mut conn = self.pool.acquire().await?;
+                return D::Db::fetch_due(&mut conn, sql).await;
+            }
+            let kept = &self.claim_connection;
+            let mut conn = kept.take(&self.pool).await?;
+            let rows = D::Db::fetch_due(&mut conn, sql).await?;
+            // Once the target closes, a kept connection would hold its pool's close.
+            if !self.pollers.stop.is_cancelled() {
+                kept.keep(conn);
+            }
+            Ok(rows)
+        })
+    }
+
+    fn poll_bound(&self) -> Duration {
+        self.connect_timeout + STATEMENT_BOUND
+    }
+
+    fn poll_failed(&self, err: &sqlx::Error) {
+        self.note(err);
     }
 }
 
