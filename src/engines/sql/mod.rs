@@ -8,6 +8,7 @@
 //! and [`facts_of`] (its DSN schemes go in `crate::support::dsn`).
 
 mod claim_doubt;
+mod connector;
 mod dialect;
 mod driver;
 mod errors;
@@ -23,7 +24,8 @@ pub mod outbox;
 pub mod postgres;
 pub mod sqlite;
 
-pub use dialect::{DialectFacts, SqlDialect};
+pub use connector::{Connector, DialectFacts};
+pub use dialect::SqlDialect;
 pub use table_queue::{QueueConfig, TableQueue};
 
 use crate::queue::engine::Engine;

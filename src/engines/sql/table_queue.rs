@@ -4,7 +4,8 @@
 //! releases, idle waits, shutdown) and hands the dialect only what is its own.
 
 use super::claim_doubt::{stamp_span_ms, ClaimAttempt, InDoubt};
-use super::dialect::{SqlDialect, TableStatements};
+use super::connector::TableStatements;
+use super::dialect::SqlDialect;
 use super::driver::{Driver, Param, SqlResult};
 use super::errors::outcome_unknown;
 use super::ids::{held_condition, held_rows, row_id, HeldRow};
@@ -48,7 +49,7 @@ pub struct TableQueue<D: SqlDialect> {
 impl<D: SqlDialect> TableQueue<D> {
     /// Joins the DSN's shared target; opens no connection.
     pub fn open(dsn: &SqlDsn, config: QueueConfig) -> Result<Self> {
-        let target = SqlTarget::<D>::join(dsn, config.connect_timeout)?;
+        let target = SqlTarget::<D>::join(D::targets(), dsn, config.connect_timeout)?;
         let wake = target.board.signal(&config.table, &config.queue);
         let (shared_sql, sql) = D::statements(&config.table, config.use_notify);
         Ok(Self {

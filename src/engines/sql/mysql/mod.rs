@@ -10,9 +10,10 @@ mod text_columns;
 mod version;
 
 use crate::engines::sql::claim_doubt::ClaimAttempt;
-use crate::engines::sql::dialect::{
-    DialectConnection, DialectFacts, OpenedTarget, SqlDialect, TableStatements,
+use crate::engines::sql::connector::{
+    Connector, ContactError, DialectConnection, DialectFacts, OpenedTarget, TableStatements,
 };
+use crate::engines::sql::dialect::SqlDialect;
 use crate::engines::sql::driver::{Driver, SqlResult};
 use crate::engines::sql::errors::Failure;
 use crate::engines::sql::ids::{held_condition, id_list, HeldRow};
@@ -50,7 +51,7 @@ pub struct MySqlExtra {
 
 static TARGETS: LazyLock<Targets<SqlTarget<MySql>>> = LazyLock::new(Targets::default);
 
-impl SqlDialect for MySql {
+impl Connector for MySql {
     type Db = sqlx::MySql;
     type Extra = MySqlExtra;
     type Statements = MySqlStatements;
@@ -63,10 +64,6 @@ impl SqlDialect for MySql {
         has_server: true,
     };
     const TOKEN_OF: &'static str = statements::TOKEN_OF;
-
-    fn targets() -> &'static Targets<SqlTarget<Self>> {
-        &TARGETS
-    }
 
     fn open_target(
         dsn: &SqlDsn,
@@ -110,8 +107,8 @@ impl SqlDialect for MySql {
     /// Checks the server version and reads the settings batching depends on.
     fn first_contact<'a>(
         conn: &'a mut DialectConnection<Self>,
-        target: &'a SqlTarget<Self>,
-        op: &'a str,
+        extra: &'a MySqlExtra,
+        error: ContactError<'a>,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let row = sqlx::query(
@@ -120,18 +117,13 @@ impl SqlDialect for MySql {
             )
             .fetch_one(&mut *conn)
             .await
-            .map_err(|e| target.error(op, &e))?;
-            let version: String = row.try_get("version").map_err(|e| target.error(op, &e))?;
+            .map_err(|e| error(&e))?;
+            let version: String = row.try_get("version").map_err(|e| error(&e))?;
             version::check_server_version(&version)?;
-            let max_packet: u64 = row
-                .try_get("max_packet")
-                .map_err(|e| target.error(op, &e))?;
-            let id_step: u64 = row.try_get("id_step").map_err(|e| target.error(op, &e))?;
-            target.extra.max_packet.store(max_packet, Ordering::Relaxed);
-            target
-                .extra
-                .id_step
-                .store(id_step.max(1), Ordering::Relaxed);
+            let max_packet: u64 = row.try_get("max_packet").map_err(|e| error(&e))?;
+            let id_step: u64 = row.try_get("id_step").map_err(|e| error(&e))?;
+            extra.max_packet.store(max_packet, Ordering::Relaxed);
+            extra.id_step.store(id_step.max(1), Ordering::Relaxed);
             Ok(())
         })
     }
@@ -154,6 +146,12 @@ impl SqlDialect for MySql {
 
     fn database_cause(err: &dyn DatabaseError) -> crate::support::error::Cause {
         errors::cause(err)
+    }
+}
+
+impl SqlDialect for MySql {
+    fn targets() -> &'static Targets<SqlTarget<Self>> {
+        &TARGETS
     }
 
     fn check_message(queue: &TableQueue<Self>, message: &NewMessage) -> Result<()> {

@@ -12,9 +12,8 @@ mod statements;
 mod tls_modes;
 
 use crate::engines::sql::claim_doubt::ClaimAttempt;
-use crate::engines::sql::dialect::{
-    renew_returning, DialectFacts, OpenedTarget, SqlDialect, TableStatements,
-};
+use crate::engines::sql::connector::{Connector, DialectFacts, OpenedTarget, TableStatements};
+use crate::engines::sql::dialect::{renew_returning, SqlDialect};
 use crate::engines::sql::driver::{rows_on, Driver, SqlResult};
 use crate::engines::sql::errors::Failure;
 use crate::engines::sql::ids::HeldRow;
@@ -51,7 +50,7 @@ pub struct PgExtra {
 
 static TARGETS: LazyLock<Targets<SqlTarget<Postgres>>> = LazyLock::new(Targets::default);
 
-impl SqlDialect for Postgres {
+impl Connector for Postgres {
     type Db = sqlx::Postgres;
     type Extra = PgExtra;
     type Statements = PgStatements;
@@ -64,10 +63,6 @@ impl SqlDialect for Postgres {
         has_server: true,
     };
     const TOKEN_OF: &'static str = statements::TOKEN_OF;
-
-    fn targets() -> &'static Targets<SqlTarget<Self>> {
-        &TARGETS
-    }
 
     /// A transport with another `listenDsn` gets a target of its own.
     fn target_key(dsn: &SqlDsn, connect_timeout: Duration) -> Result<String> {
@@ -129,9 +124,9 @@ impl SqlDialect for Postgres {
         extra.transaction_pooled
     }
 
-    fn close_target(target: &SqlTarget<Self>) -> BoxFuture<'_, ()> {
+    fn close_target(extra: &PgExtra) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            if let Some(listener) = &target.extra.listener {
+            if let Some(listener) = &extra.listener {
                 listener.stop().await;
             }
         })
@@ -151,6 +146,12 @@ impl SqlDialect for Postgres {
 
     fn database_cause(err: &dyn DatabaseError) -> crate::support::error::Cause {
         errors::cause(err)
+    }
+}
+
+impl SqlDialect for Postgres {
+    fn targets() -> &'static Targets<SqlTarget<Self>> {
+        &TARGETS
     }
 
     /// PostgreSQL text cannot hold NUL: such a message is refused alone, before it is queued,

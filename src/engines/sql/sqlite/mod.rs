@@ -9,9 +9,8 @@ mod statements;
 pub use location::{parse_sqlite_location, SqliteLocation};
 
 use crate::engines::sql::claim_doubt::ClaimAttempt;
-use crate::engines::sql::dialect::{
-    renew_returning, DialectFacts, OpenedTarget, SqlDialect, TableStatements,
-};
+use crate::engines::sql::connector::{Connector, DialectFacts, OpenedTarget, TableStatements};
+use crate::engines::sql::dialect::{renew_returning, SqlDialect};
 use crate::engines::sql::driver::{Driver, SqlResult};
 use crate::engines::sql::errors::Failure;
 use crate::engines::sql::ids::HeldRow;
@@ -35,7 +34,7 @@ pub struct Sqlite;
 
 static TARGETS: LazyLock<Targets<SqlTarget<Sqlite>>> = LazyLock::new(Targets::default);
 
-impl SqlDialect for Sqlite {
+impl Connector for Sqlite {
     type Db = sqlx::Sqlite;
     type Extra = ();
     type Statements = SqliteStatements;
@@ -48,10 +47,6 @@ impl SqlDialect for Sqlite {
         has_server: false,
     };
     const TOKEN_OF: &'static str = statements::TOKEN_OF;
-
-    fn targets() -> &'static Targets<SqlTarget<Self>> {
-        &TARGETS
-    }
 
     /// The file alone: every transport on a file (or on `:memory:`, which must stay one
     /// database) shares one pool, with the first one's busy timeout.
@@ -128,6 +123,12 @@ impl SqlDialect for Sqlite {
 
     fn database_cause(err: &dyn DatabaseError) -> crate::support::error::Cause {
         errors::cause(err)
+    }
+}
+
+impl SqlDialect for Sqlite {
+    fn targets() -> &'static Targets<SqlTarget<Self>> {
+        &TARGETS
     }
 
     /// One write transaction for the batch.
