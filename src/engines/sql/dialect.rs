@@ -5,8 +5,9 @@
 //! connection side (pool, first contact, statements, error classification) is
 //! [`Connector`], below the target.
 //!
-//! Methods that run statements make one attempt and return the driver's error: the table
-//! queue decides what is retried and how the error is reported.
+//! Each method is handed the queue's [`QueueContext`] (its target, options and the dialect's
+//! statements), not the table queue. Methods that run statements make one attempt and return
+//! the driver's error: the table queue decides what is retried and how the error is reported.
 //!
 //! May import what is below it (connector, target, queue context, driver, ids, claim doubt),
 //! never the table queue.
@@ -15,7 +16,7 @@ use super::claim_doubt::ClaimAttempt;
 use super::connector::Connector;
 use super::driver::{Driver, SqlResult};
 use super::ids::{held_condition, HeldRow};
-use super::table_queue::TableQueue;
+use super::queue_context::QueueContext;
 use super::target::SqlTarget;
 use crate::queue::engine::{Held, NewMessage, StoredMessage};
 use crate::support::error::Result;
@@ -30,29 +31,29 @@ pub trait SqlDialect: Connector {
 
     /// Hands a queue's counters to what the dialect runs for many queues (PostgreSQL's LISTEN
     /// connection), so a logger hears when it is lost and back.
-    fn watch(_queue: &TableQueue<Self>, _counters: &Arc<crate::queue::stats::Counters>) {}
+    fn watch(_queue: &QueueContext<Self>, _counters: &Arc<crate::queue::stats::Counters>) {}
 
     /// Whether push wake-ups are live right now for this queue.
-    fn push_ready(_queue: &TableQueue<Self>) -> bool {
+    fn push_ready(_queue: &QueueContext<Self>) -> bool {
         false
     }
 
     /// Refuses, before it is queued, a message the server is known to be unable to take.
-    fn check_message(_queue: &TableQueue<Self>, _message: &NewMessage) -> Result<()> {
+    fn check_message(_queue: &QueueContext<Self>, _message: &NewMessage) -> Result<()> {
         Ok(())
     }
 
     /// Stores a batch and returns the new ids in input order; owns its retry policy, since
     /// only the dialect knows whether its statement can have run when it failed.
     fn insert(
-        queue: &TableQueue<Self>,
+        queue: &QueueContext<Self>,
         messages: Vec<NewMessage>,
     ) -> BoxFuture<'_, Result<Vec<String>>>;
 
     /// Claims up to `limit` due rows, oldest first, each with its claim's token, noting in
     /// `attempt` what identifies them should the reply be lost (see [`super::claim_doubt`]).
     fn claim<'a>(
-        queue: &'a TableQueue<Self>,
+        queue: &'a QueueContext<Self>,
         limit: u32,
         attempt: &'a mut ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>>;
@@ -60,7 +61,7 @@ pub trait SqlDialect: Connector {
     /// Releases the rows a claim whose reply was lost may have taken: by default those it
     /// noted ([`ClaimAttempt::hold`]) while their claim is still its.
     fn release_in_doubt<'a>(
-        queue: &'a TableQueue<Self>,
+        queue: &'a QueueContext<Self>,
         attempt: &'a ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<()>> {
         let rows = attempt.held();
@@ -73,25 +74,26 @@ pub trait SqlDialect: Connector {
     /// Atomically replaces row `id` by `copy`; `None` if it was gone, or if `token` is given
     /// and the row's claim is no longer that one.
     fn redeliver<'a>(
-        queue: &'a TableQueue<Self>,
+        queue: &'a QueueContext<Self>,
         id: i64,
         token: Option<i64>,
         copy: &'a NewMessage,
     ) -> BoxFuture<'a, SqlResult<Option<String>>>;
 
     /// Makes the rows `condition` matches claimable again at once.
-    fn release(queue: &TableQueue<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>>;
+    fn release(queue: &QueueContext<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>>;
 
     /// Renews the claims on `rows` that are still theirs (their tokens match); returns the
     /// renewed rows with their new tokens. One attempt: a renewal changes tokens, so it is
     /// never repeated blindly.
-    fn renew(queue: &TableQueue<Self>, rows: Vec<HeldRow>) -> BoxFuture<'_, SqlResult<Vec<Held>>>;
+    fn renew(queue: &QueueContext<Self>, rows: Vec<HeldRow>)
+        -> BoxFuture<'_, SqlResult<Vec<Held>>>;
 }
 
 /// A renewal in one `UPDATE … RETURNING`: `head` is `UPDATE … SET delivered_at = <now> WHERE
 /// delivered_at IS NOT NULL AND `.
-pub fn renew_returning<'a, D: SqlDialect>(
-    queue: &'a TableQueue<D>,
+pub fn renew_returning<'a, D: Connector>(
+    queue: &'a QueueContext<D>,
     head: &str,
     rows: &[HeldRow],
 ) -> BoxFuture<'a, SqlResult<Vec<Held>>> {

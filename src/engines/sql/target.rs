@@ -10,10 +10,8 @@
 
 use super::claim_doubt::RecentClaims;
 use super::connector::{Connector, DialectConnectOptions, OpenedTarget};
-use super::driver::{Driver, DueRow};
-use super::driver::{Runner, SqlResult};
-use super::errors::Failure;
-use super::errors::{driver_error, no_answer, outcome_unknown};
+use super::driver::{Driver, DueRow, Runner, SqlResult};
+use super::errors::{driver_error, no_answer, outcome_unknown, Failure};
 use super::kept_connection::KeptConnection;
 use super::table_poller::{PollTarget, TablePollers};
 use crate::queue::wake::WakeBoard;

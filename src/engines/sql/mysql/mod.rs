@@ -17,8 +17,8 @@ use crate::engines::sql::dialect::SqlDialect;
 use crate::engines::sql::driver::{Driver, SqlResult};
 use crate::engines::sql::errors::Failure;
 use crate::engines::sql::ids::{held_condition, id_list, HeldRow};
+use crate::engines::sql::queue_context::QueueContext;
 use crate::engines::sql::retry::with_rollback_retry;
-use crate::engines::sql::table_queue::TableQueue;
 use crate::engines::sql::target::{
     invalid_dsn, server_pool_options, with_keepalive, ServerAddress, SqlTarget,
     MAX_POOL_CONNECTIONS,
@@ -154,7 +154,7 @@ impl SqlDialect for MySql {
         &TARGETS
     }
 
-    fn check_message(queue: &TableQueue<Self>, message: &NewMessage) -> Result<()> {
+    fn check_message(queue: &QueueContext<Self>, message: &NewMessage) -> Result<()> {
         // The server's limit is known once it answered; before that, the batch check decides.
         if queue.target.reached() {
             insert::packets(queue, std::slice::from_ref(message))?;
@@ -163,7 +163,7 @@ impl SqlDialect for MySql {
     }
 
     fn insert(
-        queue: &TableQueue<Self>,
+        queue: &QueueContext<Self>,
         messages: Vec<NewMessage>,
     ) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
@@ -182,7 +182,7 @@ impl SqlDialect for MySql {
     /// CLOSE). Not through sqlx's transaction, whose drop after our COMMIT queues a ROLLBACK
     /// that costs the connection's next use a round trip.
     fn claim<'a>(
-        queue: &'a TableQueue<Self>,
+        queue: &'a QueueContext<Self>,
         limit: u32,
         attempt: &'a mut ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>> {
@@ -208,7 +208,7 @@ impl SqlDialect for MySql {
 
     /// Deletes the original and inserts the copy in one transaction.
     fn redeliver<'a>(
-        queue: &'a TableQueue<Self>,
+        queue: &'a QueueContext<Self>,
         id: i64,
         token: Option<i64>,
         copy: &'a NewMessage,
@@ -239,14 +239,17 @@ impl SqlDialect for MySql {
         })
     }
 
-    fn release(queue: &TableQueue<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>> {
+    fn release(queue: &QueueContext<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>> {
         let sql = format!("{}{condition}", queue.sql.release_head);
         sqlx::MySql::execute_text(&queue.target.pool, sql)
     }
 
     /// No `UPDATE … RETURNING` here: the new token is read from the server clock first and
     /// stored as is, so that the rows carrying it afterwards are the renewed ones.
-    fn renew(queue: &TableQueue<Self>, rows: Vec<HeldRow>) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
+    fn renew(
+        queue: &QueueContext<Self>,
+        rows: Vec<HeldRow>,
+    ) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
         Box::pin(async move {
             let mut conn = queue.target.pool.acquire().await?;
             let token: i64 = sqlx::query(&queue.sql.now_token)
@@ -285,7 +288,7 @@ impl SqlDialect for MySql {
 /// One claim transaction on `tx` (see `SqlDialect::claim`), ended by its COMMIT.
 async fn claim_in(
     tx: &mut InTransaction<'_>,
-    queue: &TableQueue<MySql>,
+    queue: &QueueContext<MySql>,
     limit: u32,
     attempt: &mut ClaimAttempt,
 ) -> SqlResult<Vec<StoredMessage>> {

@@ -17,8 +17,8 @@ use crate::engines::sql::dialect::{renew_returning, SqlDialect};
 use crate::engines::sql::driver::{rows_on, Driver, SqlResult};
 use crate::engines::sql::errors::Failure;
 use crate::engines::sql::ids::HeldRow;
+use crate::engines::sql::queue_context::QueueContext;
 use crate::engines::sql::retry::with_rollback_retry;
-use crate::engines::sql::table_queue::TableQueue;
 use crate::engines::sql::target::{
     invalid_dsn, server_pool_options, with_keepalive, ServerAddress, SqlTarget,
     MAX_POOL_CONNECTIONS,
@@ -156,7 +156,7 @@ impl SqlDialect for Postgres {
 
     /// PostgreSQL text cannot hold NUL: such a message is refused alone, before it is queued,
     /// instead of failing every send it would be written with.
-    fn check_message(_queue: &TableQueue<Self>, message: &NewMessage) -> Result<()> {
+    fn check_message(_queue: &QueueContext<Self>, message: &NewMessage) -> Result<()> {
         if message.body.contains('\0') || message.headers.contains('\0') {
             return Err(crate::support::error::Error::invalid_argument(
                 "PostgreSQL transport cannot store a message whose encoded body or headers contain the NUL character (\\u0000); PostgreSQL text does not allow it.",
@@ -165,7 +165,7 @@ impl SqlDialect for Postgres {
         Ok(())
     }
 
-    fn watch(queue: &TableQueue<Self>, counters: &Arc<crate::queue::stats::Counters>) {
+    fn watch(queue: &QueueContext<Self>, counters: &Arc<crate::queue::stats::Counters>) {
         if queue.config.use_notify {
             match &queue.target.extra.listener {
                 Some(listener) => listener.watch(counters),
@@ -174,7 +174,7 @@ impl SqlDialect for Postgres {
         }
     }
 
-    fn push_ready(queue: &TableQueue<Self>) -> bool {
+    fn push_ready(queue: &QueueContext<Self>) -> bool {
         let extra = &queue.target.extra;
         match &extra.listener {
             Some(listener) => listener.is_listening(&queue.config.table),
@@ -186,7 +186,7 @@ impl SqlDialect for Postgres {
     }
 
     fn insert(
-        queue: &TableQueue<Self>,
+        queue: &QueueContext<Self>,
         messages: Vec<NewMessage>,
     ) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
@@ -227,7 +227,7 @@ impl SqlDialect for Postgres {
     }
 
     fn claim<'a>(
-        queue: &'a TableQueue<Self>,
+        queue: &'a QueueContext<Self>,
         limit: u32,
         attempt: &'a mut ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>> {
@@ -253,7 +253,7 @@ impl SqlDialect for Postgres {
     /// attempt's residue within the time it can have run in, but for this process's own
     /// claims since (see `claim_doubt`).
     fn release_in_doubt<'a>(
-        queue: &'a TableQueue<Self>,
+        queue: &'a QueueContext<Self>,
         attempt: &'a ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<()>> {
         Box::pin(async move {
@@ -271,7 +271,7 @@ impl SqlDialect for Postgres {
     }
 
     fn redeliver<'a>(
-        queue: &'a TableQueue<Self>,
+        queue: &'a QueueContext<Self>,
         id: i64,
         token: Option<i64>,
         copy: &'a NewMessage,
@@ -292,7 +292,7 @@ impl SqlDialect for Postgres {
         })
     }
 
-    fn release(queue: &TableQueue<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>> {
+    fn release(queue: &QueueContext<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>> {
         Box::pin(async move {
             let sql = format!(
                 "{}{condition}{}",
@@ -309,13 +309,16 @@ impl SqlDialect for Postgres {
 
     /// Stamped with a whole renewal grain, which no claim's residue is: a lost claim's
     /// release never takes a live renewal (see `claim_doubt`).
-    fn renew(queue: &TableQueue<Self>, rows: Vec<HeldRow>) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
+    fn renew(
+        queue: &QueueContext<Self>,
+        rows: Vec<HeldRow>,
+    ) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
         renew_returning(queue, &queue.sql.renew_head, &rows)
     }
 }
 
 /// Whether `queue`'s statements with binds each need a transaction of their own.
-fn pooled(queue: &TableQueue<Postgres>) -> bool {
+fn pooled(queue: &QueueContext<Postgres>) -> bool {
     queue.target.extra.transaction_pooled
 }
 

@@ -14,7 +14,7 @@ use crate::engines::sql::dialect::{renew_returning, SqlDialect};
 use crate::engines::sql::driver::{Driver, SqlResult};
 use crate::engines::sql::errors::Failure;
 use crate::engines::sql::ids::HeldRow;
-use crate::engines::sql::table_queue::TableQueue;
+use crate::engines::sql::queue_context::QueueContext;
 use crate::engines::sql::target::SqlTarget;
 use crate::queue::engine::{Held, NewMessage, StoredMessage};
 use crate::queue::wake::WakeBoard;
@@ -133,7 +133,7 @@ impl SqlDialect for Sqlite {
 
     /// One write transaction for the batch.
     fn insert(
-        queue: &TableQueue<Self>,
+        queue: &QueueContext<Self>,
         messages: Vec<NewMessage>,
     ) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
@@ -159,7 +159,7 @@ impl SqlDialect for Sqlite {
 
     /// One `UPDATE … RETURNING` statement (a write transaction of its own).
     fn claim<'a>(
-        queue: &'a TableQueue<Self>,
+        queue: &'a QueueContext<Self>,
         limit: u32,
         _attempt: &'a mut ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>> {
@@ -185,7 +185,7 @@ impl SqlDialect for Sqlite {
 
     /// Deletes the original and inserts the copy in one transaction.
     fn redeliver<'a>(
-        queue: &'a TableQueue<Self>,
+        queue: &'a QueueContext<Self>,
         id: i64,
         token: Option<i64>,
         copy: &'a NewMessage,
@@ -213,12 +213,15 @@ impl SqlDialect for Sqlite {
         })
     }
 
-    fn release(queue: &TableQueue<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>> {
+    fn release(queue: &QueueContext<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>> {
         let sql = format!("{}{condition}", queue.sql.release_head);
         sqlx::Sqlite::execute_text(&queue.target.pool, sql)
     }
 
-    fn renew(queue: &TableQueue<Self>, rows: Vec<HeldRow>) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
+    fn renew(
+        queue: &QueueContext<Self>,
+        rows: Vec<HeldRow>,
+    ) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
         renew_returning(queue, &queue.sql.renew_head, &rows)
     }
 }
