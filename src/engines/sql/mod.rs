@@ -4,15 +4,28 @@
 //! logic above (`crate::queue`) talks to the table queue only through the `Engine` contract,
 //! and the table queue branches on a dialect's [`DialectFacts`], never on its name.
 //!
-//! Adding a dialect: a folder implementing [`SqlDialect`], and one line in [`open_engine`]
-//! and [`facts_of`] (its DSN schemes go in `crate::support::dsn`).
+//! Adding a dialect: a folder implementing [`Connector`] and [`SqlDialect`], and one line in
+//! [`open_engine`] and [`facts_of`] (its DSN schemes go in `crate::support::dsn`).
+//!
+//! The files import downwards only, in this order (each may use those below it):
+//! - `table_queue`: the [`Engine`] over every dialect;
+//! - `dialect`: the queue side of a dialect ([`SqlDialect`]), handed a `queue_context`;
+//! - `queue_context`: one queue as a dialect sees it (target, [`QueueConfig`], statements);
+//! - `target`: the connection target ([`Connector`] only), the pollers' `PollTarget`;
+//! - `table_poller`, `connector`, `retry`: the shared polls, the connection side of a
+//!   dialect, the retry policy;
+//! - `driver`, `errors`, `ids`, `claim_doubt` (over `ids`), `kept_connection`: the bottom.
+//!
+//! A dialect folder implements both traits and may import any of these but `table_queue`.
 
 mod claim_doubt;
+mod connector;
 mod dialect;
 mod driver;
 mod errors;
 mod ids;
 mod kept_connection;
+mod queue_context;
 mod retry;
 mod table_poller;
 mod table_queue;
@@ -23,8 +36,10 @@ pub mod outbox;
 pub mod postgres;
 pub mod sqlite;
 
-pub use dialect::{DialectFacts, SqlDialect};
-pub use table_queue::{QueueConfig, TableQueue};
+pub use connector::{Connector, DialectFacts};
+pub use dialect::SqlDialect;
+pub use queue_context::QueueConfig;
+pub use table_queue::TableQueue;
 
 use crate::queue::engine::Engine;
 use crate::support::dsn::{Dialect, SqlDsn};

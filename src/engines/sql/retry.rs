@@ -2,9 +2,11 @@
 //! failure, busy file: the statement was rolled back) get two more attempts with jittered
 //! backoff; a statement that failed on a connection the server had dropped while it sat in the
 //! pool is repeated on another, at once, when repeating it is safe ([`Repeat`]).
+//!
+//! A leaf: it imports only the shared failure kinds ([`super::errors`]); the caller passes
+//! the pool's cap (how many dead connections the pool may hold) and the dialect's classifier.
 
 use super::errors::Failure;
-use super::target::MAX_POOL_CONNECTIONS;
 use std::time::Duration;
 
 /// When a statement that failed on a lost connection may be sent again.
@@ -22,8 +24,9 @@ enum Repeat {
 
 /// Runs an idempotent `attempt` up to three times while it fails transiently (100 ms, then
 /// 200 ms, ±10%), and again at once on another connection, as many times as the pool may hold
-/// dead ones, when it met a connection the server had dropped.
+/// dead ones (`pool_cap`), when it met a connection the server had dropped.
 pub async fn with_transient_retry<T, F, Fut>(
+    pool_cap: u32,
     classify: impl Fn(&sqlx::Error) -> Failure,
     attempt: F,
 ) -> std::result::Result<T, sqlx::Error>
@@ -31,12 +34,13 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = std::result::Result<T, sqlx::Error>>,
 {
-    retry(Repeat::Idempotent, classify, attempt).await
+    retry(Repeat::Idempotent, pool_cap, classify, attempt).await
 }
 
 /// Runs a write `attempt` again only after failures that rolled it back or that the server
-/// answered (see [`Repeat::Answered`]).
+/// answered (see [`Repeat::Answered`]); `pool_cap` as in [`with_transient_retry`].
 pub async fn with_rollback_retry<T, F, Fut>(
+    pool_cap: u32,
     classify: impl Fn(&sqlx::Error) -> Failure,
     attempt: F,
 ) -> std::result::Result<T, sqlx::Error>
@@ -44,11 +48,12 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = std::result::Result<T, sqlx::Error>>,
 {
-    retry(Repeat::Answered, classify, attempt).await
+    retry(Repeat::Answered, pool_cap, classify, attempt).await
 }
 
 async fn retry<T, F, Fut>(
     repeat: Repeat,
+    pool_cap: u32,
     classify: impl Fn(&sqlx::Error) -> Failure,
     mut attempt: F,
 ) -> std::result::Result<T, sqlx::Error>
@@ -62,7 +67,7 @@ where
     loop {
         tries += 1;
         match attempt().await {
-            Err(err) if stale < MAX_POOL_CONNECTIONS && may_repeat(repeat, &classify, &err) => {
+            Err(err) if stale < pool_cap && may_repeat(repeat, &classify, &err) => {
                 stale += 1;
                 tries -= 1;
             }

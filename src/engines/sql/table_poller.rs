@@ -8,11 +8,14 @@
 //! The task exists only while some consumer of the table idles; a failed poll wakes every
 //! registered consumer, so that each meets the failure in its own claim and rides it out as
 //! usual instead of waiting on a poll that cannot answer.
+//!
+//! Owns the plan (who idles on which table, when each queue is due) and the poll task. It
+//! knows its connection target only as a [`PollTarget`] (which `super::target` implements),
+//! and imports nothing of the SQL engine but the driver's [`DueRow`].
 
-use super::dialect::SqlDialect;
-use super::driver::{Driver, DueRow, SqlResult};
-use super::target::SqlTarget;
+use super::driver::{DueRow, SqlResult};
 use crate::queue::wake::WakeBoard;
+use futures_util::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -30,6 +33,23 @@ pub struct IdleQueue {
     pub queue: String,
     pub interval: Duration,
     pub lease: Duration,
+}
+
+/// What a table's poll task needs of its connection target.
+pub trait PollTarget: Send + Sync + 'static {
+    /// The target's pollers, by table.
+    fn pollers(&self) -> &TablePollers;
+    /// Where the target's idle consumers wait.
+    fn board(&self) -> &WakeBoard;
+    /// The one statement that tells, for each of `queues` with rows in `table`, when its next
+    /// row is due.
+    fn due_by_queue(&self, table: &str, queues: &[&str]) -> String;
+    /// Runs that statement (one attempt).
+    fn fetch_due<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, SqlResult<Vec<DueRow>>>;
+    /// How long a poll may take before it counts as failed.
+    fn poll_bound(&self) -> Duration;
+    /// Hears that a poll failed (a failure may make pooled connections suspect).
+    fn poll_failed(&self, err: &sqlx::Error);
 }
 
 /// The table pollers of one target, by table.
@@ -69,8 +89,8 @@ impl TablePollers {
 
 /// Registers an idle consumer of `table` with the target's poller (starting the poller's task
 /// if it is not running) until the returned watch is dropped.
-pub fn watch<D: SqlDialect>(target: &Arc<SqlTarget<D>>, table: &str, idle: IdleQueue) -> IdleWatch {
-    let poller = target.pollers.poller(table);
+pub fn watch<T: PollTarget>(target: &Arc<T>, table: &str, idle: IdleQueue) -> IdleWatch {
+    let poller = target.pollers().poller(table);
     let (id, start, shorter) = {
         let mut state = poller.lock();
         let shorter = state.interval().is_some_and(|i| idle.interval < i);
@@ -85,7 +105,7 @@ pub fn watch<D: SqlDialect>(target: &Arc<SqlTarget<D>>, table: &str, idle: IdleQ
         tokio::spawn(run(
             Arc::downgrade(target),
             poller.clone(),
-            target.pollers.stop.clone(),
+            target.pollers().stop.clone(),
         ));
     } else if shorter {
         poller.changed.notify_one();
@@ -252,11 +272,7 @@ impl TablePoller {
 
 /// The poll task of one table: polls every interval (the shortest any registered consumer
 /// asked for) while consumers idle, and wakes queues as their rows come due in between.
-async fn run<D: SqlDialect>(
-    target: Weak<SqlTarget<D>>,
-    poller: Arc<TablePoller>,
-    stop: CancellationToken,
-) {
+async fn run<T: PollTarget>(target: Weak<T>, poller: Arc<TablePoller>, stop: CancellationToken) {
     let mut next_poll = Instant::now();
     loop {
         let (interval, next_due) = {
@@ -278,7 +294,7 @@ async fn run<D: SqlDialect>(
                 poller.lock().running = false;
                 return;
             };
-            poll_once(&target, &poller).await;
+            poll_once(target.as_ref(), &poller).await;
             next_poll = Instant::now() + interval;
             continue;
         }
@@ -297,14 +313,14 @@ async fn run<D: SqlDialect>(
         }
         let due = poller.lock().take_due(Instant::now());
         if let Some(target) = target.upgrade() {
-            poller.wake(&target.board, &due);
+            poller.wake(target.board(), &due);
         }
     }
 }
 
 /// One statement for every registered queue; on failure every registered consumer is woken
 /// to claim (and meet the failure itself).
-async fn poll_once<D: SqlDialect>(target: &SqlTarget<D>, poller: &TablePoller) {
+async fn poll_once<T: PollTarget>(target: &T, poller: &TablePoller) {
     let sql = {
         let state = poller.lock();
         let mut names: Vec<&str> = state.queues().into_keys().collect();
@@ -312,11 +328,10 @@ async fn poll_once<D: SqlDialect>(target: &SqlTarget<D>, poller: &TablePoller) {
             return;
         }
         names.sort_unstable();
-        D::due_by_queue(&poller.table, &names)
+        target.due_by_queue(&poller.table, &names)
     };
     poller.polls.fetch_add(1, Ordering::Relaxed);
-    let bound = target.connect_timeout + super::table_queue::STATEMENT_BOUND;
-    let answer = tokio::time::timeout(bound, fetch_due(target, &sql)).await;
+    let answer = tokio::time::timeout(target.poll_bound(), target.fetch_due(&sql)).await;
     let wake_now = {
         let mut state = poller.lock();
         match answer {
@@ -326,30 +341,13 @@ async fn poll_once<D: SqlDialect>(target: &SqlTarget<D>, poller: &TablePoller) {
                 state.apply(&rows, answered)
             }
             Ok(Err(err)) => {
-                target.note(&err);
+                target.poll_failed(&err);
                 state.queues().into_keys().map(str::to_owned).collect()
             }
             Err(_) => state.queues().into_keys().map(str::to_owned).collect(),
         }
     };
-    poller.wake(&target.board, &wake_now);
-}
-
-/// Runs a poll. On a server, on the connection claims keep (see `KeptConnection`): the claim a
-/// poll wakes finds it, and a poll every interval keeps no other connection open.
-async fn fetch_due<D: SqlDialect>(target: &SqlTarget<D>, sql: &str) -> SqlResult<Vec<DueRow>> {
-    if !D::FACTS.has_server {
-        let mut conn = target.pool.acquire().await?;
-        return D::Db::fetch_due(&mut conn, sql).await;
-    }
-    let kept = &target.claim_connection;
-    let mut conn = kept.take(&target.pool).await?;
-    let rows = D::Db::fetch_due(&mut conn, sql).await?;
-    // Once the target closes, a kept connection would hold its pool's close.
-    if !target.pollers.stop.is_cancelled() {
-        kept.keep(conn);
-    }
-    Ok(rows)
+    poller.wake(target.board(), &wake_now);
 }
 
 #[cfg(test)]

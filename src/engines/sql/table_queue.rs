@@ -1,16 +1,22 @@
 //! The table queue, written once over every dialect: one queue name in one table, as the
 //! [`Engine`] the engine-independent queue drives. It owns the glue that is the same in every
 //! dialect (first contact, retries, error reporting, id parsing, list, find, count, leases,
-//! releases, idle waits, shutdown) and hands the dialect only what is its own.
+//! releases, idle waits, shutdown) and hands the dialect only what is its own, through the
+//! queue's [`QueueContext`].
+//!
+//! The top of the SQL engine: it may import every file of it (dialect, queue context, target,
+//! table pollers, retry, and the leaves), and none imports it but `super` (`open_engine`).
 
 use super::claim_doubt::{stamp_span_ms, ClaimAttempt, InDoubt};
-use super::dialect::{SqlDialect, TableStatements};
+use super::connector::TableStatements;
+use super::dialect::SqlDialect;
 use super::driver::{Driver, Param, SqlResult};
 use super::errors::outcome_unknown;
 use super::ids::{held_condition, held_rows, row_id, HeldRow};
+use super::queue_context::{QueueConfig, QueueContext};
 use super::retry::with_transient_retry;
 use super::table_poller::{self, IdleQueue};
-use super::target::SqlTarget;
+use super::target::{SqlTarget, MAX_POOL_CONNECTIONS, STATEMENT_BOUND};
 use crate::queue::engine::WaitOutcome;
 use crate::queue::engine::{Engine, Held, NewMessage, StoredMessage};
 use crate::queue::wake::{WaitEnd, WakeSignal};
@@ -21,24 +27,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-/// The options a table queue needs besides its DSN.
-#[derive(Debug, Clone)]
-pub struct QueueConfig {
-    pub table: String,
-    pub queue: String,
-    pub redeliver_timeout_seconds: f64,
-    pub use_notify: bool,
-    pub connect_timeout: Duration,
-    pub poll_interval: Duration,
-    pub notify_timeout: Duration,
-}
-
 /// One queue of one table in dialect `D`.
 pub struct TableQueue<D: SqlDialect> {
-    pub target: Arc<SqlTarget<D>>,
-    pub config: QueueConfig,
-    /// The dialect's own statements.
-    pub sql: D::Statements,
+    /// What the dialect's methods are handed: the target, the options, its own statements.
+    cx: QueueContext<D>,
     shared_sql: TableStatements,
     wake: Arc<WakeSignal>,
     /// Claims whose reply was lost: their rows are released before the next claim.
@@ -48,31 +40,28 @@ pub struct TableQueue<D: SqlDialect> {
 impl<D: SqlDialect> TableQueue<D> {
     /// Joins the DSN's shared target; opens no connection.
     pub fn open(dsn: &SqlDsn, config: QueueConfig) -> Result<Self> {
-        let target = SqlTarget::<D>::join(dsn, config.connect_timeout)?;
+        let target = SqlTarget::<D>::join(D::targets(), dsn, config.connect_timeout)?;
         let wake = target.board.signal(&config.table, &config.queue);
         let (shared_sql, sql) = D::statements(&config.table, config.use_notify);
         Ok(Self {
-            target,
-            config,
-            sql,
+            cx: QueueContext {
+                target,
+                config,
+                sql,
+            },
             shared_sql,
             wake,
             in_doubt: InDoubt::default(),
         })
     }
 
-    /// A driver error of operation `op` as the user's error.
-    pub fn err(&self, op: &str, e: sqlx::Error) -> Error {
-        self.target.error(op, &e)
-    }
-
     pub async fn ready(&self, op: &str) -> Result<()> {
-        self.target.ensure_reachable(op).await
+        self.cx.target.ensure_reachable(op).await
     }
 
     /// The most any one operation may take: `connectTimeoutMs` plus `STATEMENT_BOUND`.
     pub fn response_bound(&self) -> Duration {
-        self.config.connect_timeout + STATEMENT_BOUND
+        self.cx.config.connect_timeout + STATEMENT_BOUND
     }
 
     /// Runs `operation` within the response bound. A write that runs out of it may have been
@@ -107,11 +96,11 @@ impl<D: SqlDialect> TableQueue<D> {
     async fn claim_once(&self, limit: u32) -> SqlResult<Vec<StoredMessage>> {
         self.release_in_doubt().await;
         let mut attempt = ClaimAttempt::new(stamp_span_ms(self.claim_lease()));
-        let result = D::claim(self, limit, &mut attempt).await;
+        let result = D::claim(&self.cx, limit, &mut attempt).await;
         match &result {
             Ok(rows) => {
                 if let Some(token) = rows.first().and_then(|r| r.token) {
-                    self.target.recent_claims.note(token);
+                    self.cx.target.recent_claims.note(token);
                 }
             }
             Err(err) if outcome_unknown(err, D::classify(err)) => self.in_doubt.record(attempt),
@@ -125,11 +114,11 @@ impl<D: SqlDialect> TableQueue<D> {
     /// one before it is done.
     async fn delete_rows(&self, sql: &str) -> SqlResult<u64> {
         if !D::FACTS.has_server {
-            let mut conn = self.target.pool.acquire().await?;
+            let mut conn = self.cx.target.pool.acquire().await?;
             return D::Db::execute_counted(&mut conn, sql).await;
         }
-        let kept = &self.target.ack_connection;
-        let mut conn = kept.take(&self.target.pool).await?;
+        let kept = &self.cx.target.ack_connection;
+        let mut conn = kept.take(&self.cx.target.pool).await?;
         let deleted = D::Db::execute_counted(&mut conn, sql).await?;
         kept.keep(conn);
         Ok(deleted)
@@ -139,7 +128,7 @@ impl<D: SqlDialect> TableQueue<D> {
     /// back at their lease at the latest).
     async fn release_in_doubt(&self) {
         for attempt in self.in_doubt.pending(self.claim_lease()) {
-            if D::release_in_doubt(self, &attempt).await.is_ok() {
+            if D::release_in_doubt(&self.cx, &attempt).await.is_ok() {
                 self.in_doubt.settled(&attempt);
             }
         }
@@ -148,8 +137,8 @@ impl<D: SqlDialect> TableQueue<D> {
     /// The queue-and-lease binds of the `count` and `next_due` statements.
     fn queue_and_lease(&self) -> [Param<'_>; 2] {
         [
-            Param::Text(&self.config.queue),
-            Param::Float(self.config.redeliver_timeout_seconds),
+            Param::Text(&self.cx.config.queue),
+            Param::Float(self.cx.config.redeliver_timeout_seconds),
         ]
     }
 
@@ -157,9 +146,9 @@ impl<D: SqlDialect> TableQueue<D> {
     async fn next_due_in_ms(&self) -> Result<Option<f64>> {
         let params = self.queue_and_lease();
         self.bounded("claim", None, async {
-            D::Db::fetch_wait_ms(self.target.runner(), &self.shared_sql.next_due, &params)
+            D::Db::fetch_wait_ms(self.cx.target.runner(), &self.shared_sql.next_due, &params)
                 .await
-                .map_err(|e| self.err("claim", e))
+                .map_err(|e| self.cx.err("claim", e))
         })
         .await
     }
@@ -168,11 +157,11 @@ impl<D: SqlDialect> TableQueue<D> {
     /// wake-ups are live, else by the poll interval; any wake-up (a NOTIFY, a send in this
     /// process) or `cancel` ends it early.
     async fn idle_wait(&self, seen: u64, cancel: &CancellationToken) -> Result<WaitOutcome> {
-        let push = D::FACTS.push_wakeup && self.config.use_notify && D::push_ready(self);
+        let push = D::FACTS.push_wakeup && self.cx.config.use_notify && D::push_ready(&self.cx);
         let cap = if push {
-            self.config.notify_timeout
+            self.cx.config.notify_timeout
         } else {
-            self.config.poll_interval
+            self.cx.config.poll_interval
         };
         if D::FACTS.shared_poll && cap > MIN_IDLE_WAIT {
             return Ok(self.wait_for_shared_poll(seen, cancel).await);
@@ -204,12 +193,12 @@ impl<D: SqlDialect> TableQueue<D> {
     /// (a failed poll also wakes every consumer at once) the wait ends at its cap, and the
     /// consumer claims as it would after any wake-up.
     async fn wait_for_shared_poll(&self, seen: u64, cancel: &CancellationToken) -> WaitOutcome {
-        let interval = self.config.poll_interval;
+        let interval = self.cx.config.poll_interval;
         let watch = table_poller::watch(
-            &self.target,
-            &self.config.table,
+            &self.cx.target,
+            &self.cx.config.table,
             IdleQueue {
-                queue: self.config.queue.clone(),
+                queue: self.cx.config.queue.clone(),
                 interval,
                 lease: self.claim_lease(),
             },
@@ -230,17 +219,13 @@ impl<D: SqlDialect> TableQueue<D> {
     fn expect_due(&self, delay_ms: f64) {
         if D::FACTS.shared_poll && delay_ms > 0.0 && delay_ms.is_finite() {
             let at = Instant::now() + crate::support::durations::millis(delay_ms);
-            self.target
+            self.cx
+                .target
                 .pollers
-                .expect(&self.config.table, &self.config.queue, at);
+                .expect(&self.cx.config.table, &self.cx.config.queue, at);
         }
     }
 }
-
-/// How long a statement may take past the connect timeout (which bounds getting a
-/// connection) before it is given up: a silent server (a network blackhole, a half-open
-/// socket) must not hold a send, a claim, a release or `close()` for ever.
-pub(super) const STATEMENT_BOUND: Duration = Duration::from_secs(10);
 
 /// How long `close()` tries to release the rows of claims whose reply was lost.
 const SHUTDOWN_RELEASE_BOUND: Duration = Duration::from_secs(2);
@@ -259,30 +244,30 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
     }
 
     fn attach_counters(&self, counters: Arc<crate::queue::stats::Counters>) {
-        D::watch(self, &counters);
+        D::watch(&self.cx, &counters);
     }
 
     fn shared_polls(&self) -> u64 {
-        self.target.pollers.polls(&self.config.table)
+        self.cx.target.pollers.polls(&self.cx.config.table)
     }
 
     fn setup(&self) -> BoxFuture<'_, Result<()>> {
         Box::pin(self.bounded("setup", None, async move {
             self.ready("setup").await?;
-            with_transient_retry(D::classify, || {
+            with_transient_retry(MAX_POOL_CONNECTIONS, D::classify, || {
                 D::Db::set_up(
-                    &self.target.pool,
+                    &self.cx.target.pool,
                     self.shared_sql.setup_done.as_deref(),
                     &self.shared_sql.setup,
                 )
             })
             .await
-            .map_err(|e| self.err("setup", e))
+            .map_err(|e| self.cx.err("setup", e))
         }))
     }
 
     fn check_message(&self, message: &NewMessage) -> Result<()> {
-        D::check_message(self, message)
+        D::check_message(&self.cx, message)
     }
 
     fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>> {
@@ -294,7 +279,7 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             .fold(f64::INFINITY, f64::min);
         Box::pin(self.bounded("send", Some("the messages"), async move {
             self.ready("send").await?;
-            let ids = D::insert(self, messages).await?;
+            let ids = D::insert(&self.cx, messages).await?;
             self.expect_due(soonest);
             Ok(ids)
         }))
@@ -303,9 +288,9 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
     fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
         Box::pin(self.bounded("claim", None, async move {
             self.ready("claim").await?;
-            with_transient_retry(D::classify, || self.claim_once(limit))
+            with_transient_retry(MAX_POOL_CONNECTIONS, D::classify, || self.claim_once(limit))
                 .await
-                .map_err(|e| self.err("claim", e))
+                .map_err(|e| self.cx.err("claim", e))
         }))
     }
 
@@ -324,7 +309,9 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
                 return Ok(Vec::new());
             }
             self.bounded("claim", None, async {
-                D::renew(self, rows).await.map_err(|e| self.err("claim", e))
+                D::renew(&self.cx, rows)
+                    .await
+                    .map_err(|e| self.cx.err("claim", e))
             })
             .await
         })
@@ -347,7 +334,7 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
     }
 
     fn claim_lease(&self) -> Duration {
-        crate::support::durations::secs(self.config.redeliver_timeout_seconds)
+        crate::support::durations::secs(self.cx.config.redeliver_timeout_seconds)
     }
 
     fn delete(&self, held: Vec<Held>) -> BoxFuture<'_, Result<u64>> {
@@ -367,9 +354,11 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
                 );
                 let deleted = self
                     .bounded("ack", None, async {
-                        with_transient_retry(D::classify, || self.delete_rows(&sql))
-                            .await
-                            .map_err(|e| self.err("ack", e))
+                        with_transient_retry(MAX_POOL_CONNECTIONS, D::classify, || {
+                            self.delete_rows(&sql)
+                        })
+                        .await
+                        .map_err(|e| self.cx.err("ack", e))
                     })
                     .await?;
                 if rows[0].token.is_some() {
@@ -387,9 +376,11 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             };
             let copied = self
                 .bounded("reject", None, async {
-                    with_transient_retry(D::classify, || D::redeliver(self, id, held.token, &copy))
-                        .await
-                        .map_err(|e| self.err("reject", e))
+                    with_transient_retry(MAX_POOL_CONNECTIONS, D::classify, || {
+                        D::redeliver(&self.cx, id, held.token, &copy)
+                    })
+                    .await
+                    .map_err(|e| self.cx.err("reject", e))
                 })
                 .await?;
             if copied.is_some() {
@@ -409,9 +400,11 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             // Idempotent (it only clears a claim), so a stale pooled connection is retried:
             // otherwise released rows would stay hidden for the whole lease.
             self.bounded("release", None, async {
-                with_transient_retry(D::classify, || D::release(self, condition.clone()))
-                    .await
-                    .map_err(|e| self.err("release", e))
+                with_transient_retry(MAX_POOL_CONNECTIONS, D::classify, || {
+                    D::release(&self.cx, condition.clone())
+                })
+                .await
+                .map_err(|e| self.cx.err("release", e))
             })
             .await
         })
@@ -419,12 +412,12 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
 
     fn list(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
         Box::pin(async move {
-            let params = [Param::Text(&self.config.queue), Param::Int(limit.into())];
+            let params = [Param::Text(&self.cx.config.queue), Param::Int(limit.into())];
             self.bounded("list", None, async {
                 self.ready("list").await?;
-                D::Db::fetch_messages(self.target.runner(), &self.shared_sql.list, &params)
+                D::Db::fetch_messages(self.cx.target.runner(), &self.shared_sql.list, &params)
                     .await
-                    .map_err(|e| self.err("list", e))
+                    .map_err(|e| self.cx.err("list", e))
             })
             .await
         })
@@ -438,12 +431,12 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             self.bounded("find", None, async {
                 self.ready("find").await?;
                 D::Db::fetch_message(
-                    self.target.runner(),
+                    self.cx.target.runner(),
                     &self.shared_sql.find,
                     &[Param::Int(id)],
                 )
                 .await
-                .map_err(|e| self.err("find", e))
+                .map_err(|e| self.cx.err("find", e))
             })
             .await
         })
@@ -454,9 +447,9 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             let params = self.queue_and_lease();
             self.bounded("count", None, async {
                 self.ready("count").await?;
-                D::Db::fetch_count(self.target.runner(), &self.shared_sql.count, &params)
+                D::Db::fetch_count(self.cx.target.runner(), &self.shared_sql.count, &params)
                     .await
-                    .map_err(|e| self.err("count", e))
+                    .map_err(|e| self.cx.err("count", e))
             })
             .await
         })
@@ -467,7 +460,7 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             // A last chance for rows a lost claim took, within a short bound: a server that
             // is still away leaves them to their lease.
             let _ = tokio::time::timeout(SHUTDOWN_RELEASE_BOUND, self.release_in_doubt()).await;
-            self.target.leave().await
+            self.cx.target.leave().await
         })
     }
 }

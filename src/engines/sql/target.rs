@@ -1,18 +1,24 @@
 //! One connection target per process and DSN, shared by every queue of every dialect: the
-//! pool, the first-contact probe, the wake board, and the one place driver errors become the
-//! user's errors.
+//! pool, the first-contact probe, the wake board, the kept connections, the table pollers, and
+//! the one place driver errors become the user's errors; and the pool settings of the server
+//! dialects.
+//!
+//! Written over a dialect's connection side ([`Connector`]): it may import the connector, the
+//! table pollers (it is their [`PollTarget`]) and the leaves below them (driver, errors, kept
+//! connections, claim doubt), never the queue side (`super::dialect`) or the table queue. The
+//! registry it joins is the caller's.
 
 use super::claim_doubt::RecentClaims;
-use super::dialect::{DialectConnectOptions, OpenedTarget, SqlDialect};
-use super::driver::{Runner, SqlResult};
-use super::errors::Failure;
-use super::errors::{driver_error, no_answer, outcome_unknown};
+use super::connector::{Connector, DialectConnectOptions, OpenedTarget};
+use super::driver::{Driver, DueRow, Runner, SqlResult};
+use super::errors::{driver_error, no_answer, outcome_unknown, Failure};
 use super::kept_connection::KeptConnection;
-use super::table_poller::TablePollers;
+use super::table_poller::{PollTarget, TablePollers};
 use crate::queue::wake::WakeBoard;
 use crate::support::dsn::SqlDsn;
 use crate::support::error::{Error, Result};
-use crate::support::targets::FirstContact;
+use crate::support::targets::{FirstContact, Targets};
+use futures_util::future::BoxFuture;
 use sqlx::pool::{PoolConnection, PoolConnectionMetadata, PoolOptions};
 use sqlx::{ConnectOptions, Connection, Database, Pool};
 use std::sync::{Arc, Mutex};
@@ -30,6 +36,11 @@ const POOL_CLOSE_BOUND: Duration = Duration::from_secs(2);
 /// PostgreSQL about 6 ms of its CPU here).
 const PROBE_GRACE: Duration = Duration::from_millis(50);
 
+/// How long a statement may take past the connect timeout (which bounds getting a
+/// connection) before it is given up: a silent server (a network blackhole, a half-open
+/// socket) must not hold a send, a claim, a release, a poll or `close()` for ever.
+pub const STATEMENT_BOUND: Duration = Duration::from_secs(10);
+
 /// Connections per pool (per process and DSN) of a server dialect.
 pub const MAX_POOL_CONNECTIONS: u32 = 10;
 /// A pooled connection unused for this long is pinged before it is handed out: the server may
@@ -38,7 +49,9 @@ pub const MAX_POOL_CONNECTIONS: u32 = 10;
 /// pinged: claims, acks and sends keep theirs from one statement to the next.
 const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
 
-pub struct SqlTarget<D: SqlDialect> {
+pub struct SqlTarget<D: Connector> {
+    /// The registry the target was joined in, and its key there.
+    registry: &'static Targets<SqlTarget<D>>,
     key: String,
     pub pool: Pool<D::Db>,
     probe: Option<DialectConnectOptions<D>>,
@@ -64,16 +77,22 @@ pub struct SqlTarget<D: SqlDialect> {
     pub extra: D::Extra,
 }
 
-impl<D: SqlDialect> SqlTarget<D> {
-    /// The live target of `dsn`, or a new one; the caller is one more user until [`leave`].
+impl<D: Connector> SqlTarget<D> {
+    /// The live target of `dsn` in `registry` (the dialect's), or a new one; the caller is one
+    /// more user until [`leave`].
     ///
     /// [`leave`]: SqlTarget::leave
-    pub fn join(dsn: &SqlDsn, connect_timeout: Duration) -> Result<Arc<Self>> {
+    pub fn join(
+        registry: &'static Targets<Self>,
+        dsn: &SqlDsn,
+        connect_timeout: Duration,
+    ) -> Result<Arc<Self>> {
         let key = D::target_key(dsn, connect_timeout)?;
-        D::targets().join(&key.clone(), || {
+        registry.join(&key.clone(), || {
             let board = Arc::new(WakeBoard::default());
             let OpenedTarget { pool, probe, extra } = D::open_target(dsn, connect_timeout, &board)?;
             Ok(Self {
+                registry,
                 key,
                 pool,
                 probe,
@@ -94,9 +113,9 @@ impl<D: SqlDialect> SqlTarget<D> {
 
     /// Called once by a closing queue; the last one out closes the target.
     pub async fn leave(self: &Arc<Self>) {
-        if D::targets().leave(&self.key, self) {
+        if self.registry.leave(&self.key, self) {
             self.pollers.stop.cancel();
-            D::close_target(self).await;
+            D::close_target(&self.extra).await;
             self.claim_connection.give_back();
             self.ack_connection.give_back();
             self.send_connection.give_back();
@@ -125,6 +144,7 @@ impl<D: SqlDialect> SqlTarget<D> {
         let Some(probe) = &self.probe else {
             return Ok(());
         };
+        let error = |err: &sqlx::Error| self.error(op, err);
         self.first_contact
             .ensure(|| async {
                 // The pool's connection goes on opening whatever happens here (a pool connect
@@ -137,7 +157,8 @@ impl<D: SqlDialect> SqlTarget<D> {
                 tokio::select! {
                     joined = &mut pooled => {
                         if let Ok(Ok(mut conn)) = joined {
-                            let checked = D::first_contact(&mut conn, self, op).await;
+                            let checked =
+                                D::first_contact(&mut conn, &self.extra, &error).await;
                             // The operation that asked for first contact is next: it takes
                             // this connection instead of opening a second one.
                             if checked.is_ok() {
@@ -164,7 +185,7 @@ impl<D: SqlDialect> SqlTarget<D> {
                         ))
                     }
                 };
-                let checked = D::first_contact(&mut conn, self, op).await;
+                let checked = D::first_contact(&mut conn, &self.extra, &error).await;
                 let _ = conn.close().await;
                 checked
             })
@@ -244,6 +265,47 @@ impl<D: SqlDialect> SqlTarget<D> {
             D::cause(err),
             &self.secrets,
         )
+    }
+}
+
+impl<D: Connector> PollTarget for SqlTarget<D> {
+    fn pollers(&self) -> &TablePollers {
+        &self.pollers
+    }
+
+    fn board(&self) -> &WakeBoard {
+        &self.board
+    }
+
+    fn due_by_queue(&self, table: &str, queues: &[&str]) -> String {
+        D::due_by_queue(table, queues)
+    }
+
+    /// On a server, on the connection claims keep (see `KeptConnection`): the claim a poll
+    /// wakes finds it, and a poll every interval keeps no other connection open.
+    fn fetch_due<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, SqlResult<Vec<DueRow>>> {
+        Box::pin(async move {
+            if !D::FACTS.has_server {
+                let mut conn = self.pool.acquire().await?;
+                return D::Db::fetch_due(&mut conn, sql).await;
+            }
+            let kept = &self.claim_connection;
+            let mut conn = kept.take(&self.pool).await?;
+            let rows = D::Db::fetch_due(&mut conn, sql).await?;
+            // Once the target closes, a kept connection would hold its pool's close.
+            if !self.pollers.stop.is_cancelled() {
+                kept.keep(conn);
+            }
+            Ok(rows)
+        })
+    }
+
+    fn poll_bound(&self) -> Duration {
+        self.connect_timeout + STATEMENT_BOUND
+    }
+
+    fn poll_failed(&self, err: &sqlx::Error) {
+        self.note(err);
     }
 }
 

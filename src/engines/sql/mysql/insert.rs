@@ -7,7 +7,7 @@
 use super::text_columns::bind_text;
 use super::MySql;
 use crate::engines::sql::driver::SqlResult;
-use crate::engines::sql::table_queue::TableQueue;
+use crate::engines::sql::queue_context::QueueContext;
 use crate::queue::engine::NewMessage;
 use crate::support::error::{Error, Result};
 use std::ops::Range;
@@ -23,7 +23,7 @@ const PREPARED_INSERT_ROWS: usize = 64;
 
 /// Splits a batch so that no statement exceeds `max_allowed_packet`; a single message that
 /// cannot fit is refused before anything is written.
-pub fn packets(queue: &TableQueue<MySql>, messages: &[NewMessage]) -> Result<Vec<Range<usize>>> {
+pub fn packets(queue: &QueueContext<MySql>, messages: &[NewMessage]) -> Result<Vec<Range<usize>>> {
     let max_packet = queue.target.extra.max_packet.load(Ordering::Relaxed);
     let limit = max_packet.saturating_sub(PACKET_HEADROOM).max(1024);
     let mut ranges = Vec::new();
@@ -51,7 +51,7 @@ pub fn packets(queue: &TableQueue<MySql>, messages: &[NewMessage]) -> Result<Vec
 
 /// One attempt at storing a batch cut into `ranges`.
 pub async fn insert_once(
-    queue: &TableQueue<MySql>,
+    queue: &QueueContext<MySql>,
     messages: &[NewMessage],
     ranges: &[Range<usize>],
 ) -> SqlResult<Vec<String>> {
@@ -90,7 +90,7 @@ pub async fn insert_once(
 /// The multi-row INSERT for `chunk`; the delay travels in microseconds, the text as bytes
 /// when `as_bytes` (see `text_columns`).
 fn bind_rows<'q>(
-    queue: &'q TableQueue<MySql>,
+    queue: &'q QueueContext<MySql>,
     sql: &'q str,
     chunk: &'q [NewMessage],
     as_bytes: bool,

@@ -10,16 +10,18 @@ mod text_columns;
 mod version;
 
 use crate::engines::sql::claim_doubt::ClaimAttempt;
-use crate::engines::sql::dialect::{
-    DialectConnection, DialectFacts, OpenedTarget, SqlDialect, TableStatements,
+use crate::engines::sql::connector::{
+    Connector, ContactError, DialectConnection, DialectFacts, OpenedTarget, TableStatements,
 };
+use crate::engines::sql::dialect::SqlDialect;
 use crate::engines::sql::driver::{Driver, SqlResult};
 use crate::engines::sql::errors::Failure;
 use crate::engines::sql::ids::{held_condition, id_list, HeldRow};
+use crate::engines::sql::queue_context::QueueContext;
 use crate::engines::sql::retry::with_rollback_retry;
-use crate::engines::sql::table_queue::TableQueue;
 use crate::engines::sql::target::{
     invalid_dsn, server_pool_options, with_keepalive, ServerAddress, SqlTarget,
+    MAX_POOL_CONNECTIONS,
 };
 use crate::queue::engine::{Held, NewMessage, StoredMessage};
 use crate::queue::wake::WakeBoard;
@@ -49,7 +51,7 @@ pub struct MySqlExtra {
 
 static TARGETS: LazyLock<Targets<SqlTarget<MySql>>> = LazyLock::new(Targets::default);
 
-impl SqlDialect for MySql {
+impl Connector for MySql {
     type Db = sqlx::MySql;
     type Extra = MySqlExtra;
     type Statements = MySqlStatements;
@@ -62,10 +64,6 @@ impl SqlDialect for MySql {
         has_server: true,
     };
     const TOKEN_OF: &'static str = statements::TOKEN_OF;
-
-    fn targets() -> &'static Targets<SqlTarget<Self>> {
-        &TARGETS
-    }
 
     fn open_target(
         dsn: &SqlDsn,
@@ -109,8 +107,8 @@ impl SqlDialect for MySql {
     /// Checks the server version and reads the settings batching depends on.
     fn first_contact<'a>(
         conn: &'a mut DialectConnection<Self>,
-        target: &'a SqlTarget<Self>,
-        op: &'a str,
+        extra: &'a MySqlExtra,
+        error: ContactError<'a>,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let row = sqlx::query(
@@ -119,18 +117,13 @@ impl SqlDialect for MySql {
             )
             .fetch_one(&mut *conn)
             .await
-            .map_err(|e| target.error(op, &e))?;
-            let version: String = row.try_get("version").map_err(|e| target.error(op, &e))?;
+            .map_err(|e| error(&e))?;
+            let version: String = row.try_get("version").map_err(|e| error(&e))?;
             version::check_server_version(&version)?;
-            let max_packet: u64 = row
-                .try_get("max_packet")
-                .map_err(|e| target.error(op, &e))?;
-            let id_step: u64 = row.try_get("id_step").map_err(|e| target.error(op, &e))?;
-            target.extra.max_packet.store(max_packet, Ordering::Relaxed);
-            target
-                .extra
-                .id_step
-                .store(id_step.max(1), Ordering::Relaxed);
+            let max_packet: u64 = row.try_get("max_packet").map_err(|e| error(&e))?;
+            let id_step: u64 = row.try_get("id_step").map_err(|e| error(&e))?;
+            extra.max_packet.store(max_packet, Ordering::Relaxed);
+            extra.id_step.store(id_step.max(1), Ordering::Relaxed);
             Ok(())
         })
     }
@@ -154,8 +147,14 @@ impl SqlDialect for MySql {
     fn database_cause(err: &dyn DatabaseError) -> crate::support::error::Cause {
         errors::cause(err)
     }
+}
 
-    fn check_message(queue: &TableQueue<Self>, message: &NewMessage) -> Result<()> {
+impl SqlDialect for MySql {
+    fn targets() -> &'static Targets<SqlTarget<Self>> {
+        &TARGETS
+    }
+
+    fn check_message(queue: &QueueContext<Self>, message: &NewMessage) -> Result<()> {
         // The server's limit is known once it answered; before that, the batch check decides.
         if queue.target.reached() {
             insert::packets(queue, std::slice::from_ref(message))?;
@@ -164,12 +163,12 @@ impl SqlDialect for MySql {
     }
 
     fn insert(
-        queue: &TableQueue<Self>,
+        queue: &QueueContext<Self>,
         messages: Vec<NewMessage>,
     ) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
             let ranges = insert::packets(queue, &messages)?;
-            with_rollback_retry(Self::classify, || {
+            with_rollback_retry(MAX_POOL_CONNECTIONS, Self::classify, || {
                 insert::insert_once(queue, &messages, &ranges)
             })
             .await
@@ -183,7 +182,7 @@ impl SqlDialect for MySql {
     /// CLOSE). Not through sqlx's transaction, whose drop after our COMMIT queues a ROLLBACK
     /// that costs the connection's next use a round trip.
     fn claim<'a>(
-        queue: &'a TableQueue<Self>,
+        queue: &'a QueueContext<Self>,
         limit: u32,
         attempt: &'a mut ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>> {
@@ -209,7 +208,7 @@ impl SqlDialect for MySql {
 
     /// Deletes the original and inserts the copy in one transaction.
     fn redeliver<'a>(
-        queue: &'a TableQueue<Self>,
+        queue: &'a QueueContext<Self>,
         id: i64,
         token: Option<i64>,
         copy: &'a NewMessage,
@@ -240,14 +239,17 @@ impl SqlDialect for MySql {
         })
     }
 
-    fn release(queue: &TableQueue<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>> {
+    fn release(queue: &QueueContext<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>> {
         let sql = format!("{}{condition}", queue.sql.release_head);
         sqlx::MySql::execute_text(&queue.target.pool, sql)
     }
 
     /// No `UPDATE … RETURNING` here: the new token is read from the server clock first and
     /// stored as is, so that the rows carrying it afterwards are the renewed ones.
-    fn renew(queue: &TableQueue<Self>, rows: Vec<HeldRow>) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
+    fn renew(
+        queue: &QueueContext<Self>,
+        rows: Vec<HeldRow>,
+    ) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
         Box::pin(async move {
             let mut conn = queue.target.pool.acquire().await?;
             let token: i64 = sqlx::query(&queue.sql.now_token)
@@ -286,7 +288,7 @@ impl SqlDialect for MySql {
 /// One claim transaction on `tx` (see `SqlDialect::claim`), ended by its COMMIT.
 async fn claim_in(
     tx: &mut InTransaction<'_>,
-    queue: &TableQueue<MySql>,
+    queue: &QueueContext<MySql>,
     limit: u32,
     attempt: &mut ClaimAttempt,
 ) -> SqlResult<Vec<StoredMessage>> {

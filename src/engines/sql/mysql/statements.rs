@@ -2,7 +2,7 @@
 //! gets here): upstream's DDL (LONGTEXT, utf8mb4, inline index), times from `NOW(3)` in the
 //! server's own session time zone.
 
-use crate::engines::sql::dialect::TableStatements;
+use crate::engines::sql::connector::TableStatements;
 
 /// A claim's token: `delivered_at` as microseconds since `1970-01-01` in the session's own
 /// time zone (plain DATETIME arithmetic: no zone conversion, exact).

@@ -12,16 +12,16 @@ mod statements;
 mod tls_modes;
 
 use crate::engines::sql::claim_doubt::ClaimAttempt;
-use crate::engines::sql::dialect::{
-    renew_returning, DialectFacts, OpenedTarget, SqlDialect, TableStatements,
-};
+use crate::engines::sql::connector::{Connector, DialectFacts, OpenedTarget, TableStatements};
+use crate::engines::sql::dialect::{renew_returning, SqlDialect};
 use crate::engines::sql::driver::{rows_on, Driver, SqlResult};
 use crate::engines::sql::errors::Failure;
 use crate::engines::sql::ids::HeldRow;
+use crate::engines::sql::queue_context::QueueContext;
 use crate::engines::sql::retry::with_rollback_retry;
-use crate::engines::sql::table_queue::TableQueue;
 use crate::engines::sql::target::{
     invalid_dsn, server_pool_options, with_keepalive, ServerAddress, SqlTarget,
+    MAX_POOL_CONNECTIONS,
 };
 use crate::queue::engine::{Held, NewMessage, StoredMessage};
 use crate::queue::wake::WakeBoard;
@@ -50,7 +50,7 @@ pub struct PgExtra {
 
 static TARGETS: LazyLock<Targets<SqlTarget<Postgres>>> = LazyLock::new(Targets::default);
 
-impl SqlDialect for Postgres {
+impl Connector for Postgres {
     type Db = sqlx::Postgres;
     type Extra = PgExtra;
     type Statements = PgStatements;
@@ -63,10 +63,6 @@ impl SqlDialect for Postgres {
         has_server: true,
     };
     const TOKEN_OF: &'static str = statements::TOKEN_OF;
-
-    fn targets() -> &'static Targets<SqlTarget<Self>> {
-        &TARGETS
-    }
 
     /// A transport with another `listenDsn` gets a target of its own.
     fn target_key(dsn: &SqlDsn, connect_timeout: Duration) -> Result<String> {
@@ -128,9 +124,9 @@ impl SqlDialect for Postgres {
         extra.transaction_pooled
     }
 
-    fn close_target(target: &SqlTarget<Self>) -> BoxFuture<'_, ()> {
+    fn close_target(extra: &PgExtra) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            if let Some(listener) = &target.extra.listener {
+            if let Some(listener) = &extra.listener {
                 listener.stop().await;
             }
         })
@@ -151,10 +147,16 @@ impl SqlDialect for Postgres {
     fn database_cause(err: &dyn DatabaseError) -> crate::support::error::Cause {
         errors::cause(err)
     }
+}
+
+impl SqlDialect for Postgres {
+    fn targets() -> &'static Targets<SqlTarget<Self>> {
+        &TARGETS
+    }
 
     /// PostgreSQL text cannot hold NUL: such a message is refused alone, before it is queued,
     /// instead of failing every send it would be written with.
-    fn check_message(_queue: &TableQueue<Self>, message: &NewMessage) -> Result<()> {
+    fn check_message(_queue: &QueueContext<Self>, message: &NewMessage) -> Result<()> {
         if message.body.contains('\0') || message.headers.contains('\0') {
             return Err(crate::support::error::Error::invalid_argument(
                 "PostgreSQL transport cannot store a message whose encoded body or headers contain the NUL character (\\u0000); PostgreSQL text does not allow it.",
@@ -163,7 +165,7 @@ impl SqlDialect for Postgres {
         Ok(())
     }
 
-    fn watch(queue: &TableQueue<Self>, counters: &Arc<crate::queue::stats::Counters>) {
+    fn watch(queue: &QueueContext<Self>, counters: &Arc<crate::queue::stats::Counters>) {
         if queue.config.use_notify {
             match &queue.target.extra.listener {
                 Some(listener) => listener.watch(counters),
@@ -172,7 +174,7 @@ impl SqlDialect for Postgres {
         }
     }
 
-    fn push_ready(queue: &TableQueue<Self>) -> bool {
+    fn push_ready(queue: &QueueContext<Self>) -> bool {
         let extra = &queue.target.extra;
         match &extra.listener {
             Some(listener) => listener.is_listening(&queue.config.table),
@@ -184,7 +186,7 @@ impl SqlDialect for Postgres {
     }
 
     fn insert(
-        queue: &TableQueue<Self>,
+        queue: &QueueContext<Self>,
         messages: Vec<NewMessage>,
     ) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
@@ -197,7 +199,7 @@ impl SqlDialect for Postgres {
                 headers.push(m.headers);
                 delays.push(m.delay_ms);
             }
-            let rows = with_rollback_retry(Self::classify, || async {
+            let rows = with_rollback_retry(MAX_POOL_CONNECTIONS, Self::classify, || async {
                 let mut conn = queue.target.acquire_for_write().await?;
                 let insert = sqlx::query::<sqlx::Postgres>(&queue.sql.insert)
                     .bind(&queue.config.queue)
@@ -225,7 +227,7 @@ impl SqlDialect for Postgres {
     }
 
     fn claim<'a>(
-        queue: &'a TableQueue<Self>,
+        queue: &'a QueueContext<Self>,
         limit: u32,
         attempt: &'a mut ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>> {
@@ -251,7 +253,7 @@ impl SqlDialect for Postgres {
     /// attempt's residue within the time it can have run in, but for this process's own
     /// claims since (see `claim_doubt`).
     fn release_in_doubt<'a>(
-        queue: &'a TableQueue<Self>,
+        queue: &'a QueueContext<Self>,
         attempt: &'a ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<()>> {
         Box::pin(async move {
@@ -269,7 +271,7 @@ impl SqlDialect for Postgres {
     }
 
     fn redeliver<'a>(
-        queue: &'a TableQueue<Self>,
+        queue: &'a QueueContext<Self>,
         id: i64,
         token: Option<i64>,
         copy: &'a NewMessage,
@@ -290,7 +292,7 @@ impl SqlDialect for Postgres {
         })
     }
 
-    fn release(queue: &TableQueue<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>> {
+    fn release(queue: &QueueContext<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>> {
         Box::pin(async move {
             let sql = format!(
                 "{}{condition}{}",
@@ -307,13 +309,16 @@ impl SqlDialect for Postgres {
 
     /// Stamped with a whole renewal grain, which no claim's residue is: a lost claim's
     /// release never takes a live renewal (see `claim_doubt`).
-    fn renew(queue: &TableQueue<Self>, rows: Vec<HeldRow>) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
+    fn renew(
+        queue: &QueueContext<Self>,
+        rows: Vec<HeldRow>,
+    ) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
         renew_returning(queue, &queue.sql.renew_head, &rows)
     }
 }
 
 /// Whether `queue`'s statements with binds each need a transaction of their own.
-fn pooled(queue: &TableQueue<Postgres>) -> bool {
+fn pooled(queue: &QueueContext<Postgres>) -> bool {
     queue.target.extra.transaction_pooled
 }
 

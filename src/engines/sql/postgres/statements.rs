@@ -3,7 +3,7 @@
 //! the statements only when `useNotify` is on.
 
 use crate::engines::sql::claim_doubt::RENEWAL_GRAIN_MS;
-use crate::engines::sql::dialect::TableStatements;
+use crate::engines::sql::connector::TableStatements;
 
 /// A claim's token: `delivered_at` in whole microseconds (PostgreSQL's own resolution, so
 /// exact whatever the column's precision).

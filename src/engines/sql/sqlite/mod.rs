@@ -9,13 +9,12 @@ mod statements;
 pub use location::{parse_sqlite_location, SqliteLocation};
 
 use crate::engines::sql::claim_doubt::ClaimAttempt;
-use crate::engines::sql::dialect::{
-    renew_returning, DialectFacts, OpenedTarget, SqlDialect, TableStatements,
-};
+use crate::engines::sql::connector::{Connector, DialectFacts, OpenedTarget, TableStatements};
+use crate::engines::sql::dialect::{renew_returning, SqlDialect};
 use crate::engines::sql::driver::{Driver, SqlResult};
 use crate::engines::sql::errors::Failure;
 use crate::engines::sql::ids::HeldRow;
-use crate::engines::sql::table_queue::TableQueue;
+use crate::engines::sql::queue_context::QueueContext;
 use crate::engines::sql::target::SqlTarget;
 use crate::queue::engine::{Held, NewMessage, StoredMessage};
 use crate::queue::wake::WakeBoard;
@@ -35,7 +34,7 @@ pub struct Sqlite;
 
 static TARGETS: LazyLock<Targets<SqlTarget<Sqlite>>> = LazyLock::new(Targets::default);
 
-impl SqlDialect for Sqlite {
+impl Connector for Sqlite {
     type Db = sqlx::Sqlite;
     type Extra = ();
     type Statements = SqliteStatements;
@@ -48,10 +47,6 @@ impl SqlDialect for Sqlite {
         has_server: false,
     };
     const TOKEN_OF: &'static str = statements::TOKEN_OF;
-
-    fn targets() -> &'static Targets<SqlTarget<Self>> {
-        &TARGETS
-    }
 
     /// The file alone: every transport on a file (or on `:memory:`, which must stay one
     /// database) shares one pool, with the first one's busy timeout.
@@ -129,10 +124,16 @@ impl SqlDialect for Sqlite {
     fn database_cause(err: &dyn DatabaseError) -> crate::support::error::Cause {
         errors::cause(err)
     }
+}
+
+impl SqlDialect for Sqlite {
+    fn targets() -> &'static Targets<SqlTarget<Self>> {
+        &TARGETS
+    }
 
     /// One write transaction for the batch.
     fn insert(
-        queue: &TableQueue<Self>,
+        queue: &QueueContext<Self>,
         messages: Vec<NewMessage>,
     ) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
@@ -158,7 +159,7 @@ impl SqlDialect for Sqlite {
 
     /// One `UPDATE … RETURNING` statement (a write transaction of its own).
     fn claim<'a>(
-        queue: &'a TableQueue<Self>,
+        queue: &'a QueueContext<Self>,
         limit: u32,
         _attempt: &'a mut ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>> {
@@ -184,7 +185,7 @@ impl SqlDialect for Sqlite {
 
     /// Deletes the original and inserts the copy in one transaction.
     fn redeliver<'a>(
-        queue: &'a TableQueue<Self>,
+        queue: &'a QueueContext<Self>,
         id: i64,
         token: Option<i64>,
         copy: &'a NewMessage,
@@ -212,12 +213,15 @@ impl SqlDialect for Sqlite {
         })
     }
 
-    fn release(queue: &TableQueue<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>> {
+    fn release(queue: &QueueContext<Self>, condition: String) -> BoxFuture<'_, SqlResult<()>> {
         let sql = format!("{}{condition}", queue.sql.release_head);
         sqlx::Sqlite::execute_text(&queue.target.pool, sql)
     }
 
-    fn renew(queue: &TableQueue<Self>, rows: Vec<HeldRow>) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
+    fn renew(
+        queue: &QueueContext<Self>,
+        rows: Vec<HeldRow>,
+    ) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
         renew_returning(queue, &queue.sql.renew_head, &rows)
     }
 }

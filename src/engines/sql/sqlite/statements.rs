@@ -2,7 +2,7 @@
 //! here). Same table and column names as the other dialects; times are UTC text
 //! `YYYY-MM-DD HH:MM:SS.SSS` from SQLite's own clock (text of that shape sorts like time).
 
-use crate::engines::sql::dialect::TableStatements;
+use crate::engines::sql::connector::TableStatements;
 
 const NOW: &str = "strftime('%Y-%m-%d %H:%M:%f', 'now')";
 
