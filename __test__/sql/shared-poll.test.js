@@ -1,14 +1,13 @@
 'use strict';
 
-// Idle cost on the engines without push wake-ups (MySQL/MariaDB, SQLite): the idle consumers of
-// one table in a process share one poll per pollIntervalMs, whatever the number of queues
-// (docs/operations.md, "Idle cost"). Counted, not timed: the transports' stats (sharedPolls,
-// emptyClaims) and, on MariaDB, every packet the process sent, at a proxy in front of the
-// server. Rows another process writes still reach the consumer of their queue and no other: at
+// Idle cost where the database does not wake idle consumers (MySQL/MariaDB, SQLite, and
+// PostgreSQL with `useNotify: false`): the idle consumers of one table in a process share one
+// poll per pollIntervalMs, whatever the number of queues (docs/operations.md, "Connections"). Counted, not timed: the transports' stats (sharedPolls,
+// emptyClaims) and, on a server, every packet the process sent, at a proxy in front of it. Rows another process writes still reach the consumer of their queue and no other: at
 // once when due, when their delay has passed, and when a crashed consumer's lease runs out.
 
 const { JsonSerializer } = require('@schally/nestjs-messenger');
-const { mysql, sqlite, uniqueName } = require('../support/engines');
+const { postgres, mysql, sqlite, uniqueName } = require('../support/engines');
 const { CORE, runChild } = require('../support/child');
 const { startProxy, viaProxy } = require('../faults/support/proxy');
 const { pollUntil, settleWithin } = require('../support/transport-helpers');
@@ -35,6 +34,8 @@ class M {
  * cleanly, or, with `crashes`, be killed (SIGKILL) by its own body.
  */
 function inAnotherProcess(dsn, target, body, { extra = {}, crashes = false } = {}) {
+  extra = { ...target.options, ...extra };
+  target = { tableName: target.tableName, queueName: target.queueName };
   const script = `
     const { DelayStamp } = require(${JSON.stringify(CORE)});
     (async () => {
@@ -48,8 +49,16 @@ function inAnotherProcess(dsn, target, body, { extra = {}, crashes = false } = {
   return child;
 }
 
-describe.each([mysql, sqlite])('$name: one poll per table serves every idle queue', (engine) => {
+/** The engines whose idle consumers poll, and the options that make them do so. */
+const POLLING = [
+  { engine: postgres, label: 'postgres (useNotify: false)', options: { useNotify: false } },
+  { engine: mysql, label: 'mysql', options: {} },
+  { engine: sqlite, label: 'sqlite', options: {} },
+];
+
+describe.each(POLLING)('$label: one poll per table serves every idle queue', ({ engine, options: engineOptions }) => {
   const tableName = uniqueName('shared_poll');
+  const target = (queueName) => ({ tableName, queueName, options: engineOptions });
   /** The DSN other processes use (the consumers' goes through the proxy on MariaDB). */
   let directDsn;
   let dsn;
@@ -66,6 +75,7 @@ describe.each([mysql, sqlite])('$name: one poll per table serves every idle queu
       queueName,
       pollIntervalMs: POLL_MS,
       serializer: new JsonSerializer([M]),
+      ...engineOptions,
       ...options,
     });
     transports.push(t);
@@ -96,7 +106,7 @@ describe.each([mysql, sqlite])('$name: one poll per table serves every idle queu
 
   beforeAll(async () => {
     await engine.requireServer();
-    if (engine.name === 'mysql') {
+    if (engine.name !== 'sqlite') {
       directDsn = engine.dsn;
       proxy = await startProxy({ targetPort: Number(new URL(directDsn).port) });
       proxy.packets = proxy.count(() => true);
@@ -115,7 +125,7 @@ describe.each([mysql, sqlite])('$name: one poll per table serves every idle queu
     for (const { controller } of loops) controller.abort();
     await Promise.all(loops.map(({ done }) => settleWithin(done, 5000).catch(() => {})));
     await Promise.all(transports.map((t) => settleWithin(t.close(), 5000).catch(() => {})));
-    if (engine.name === 'mysql') {
+    if (engine.name !== 'sqlite') {
       await engine.admin(directDsn).query(`DROP TABLE IF EXISTS ${tableName}`);
       await proxy?.close();
     } else {
@@ -145,7 +155,7 @@ describe.each([mysql, sqlite])('$name: one poll per table serves every idle queu
 
   it("a row another process stores wakes its queue's consumer and no other", async () => {
     const queueName = queueNames()[7];
-    inAnotherProcess(directDsn, { tableName, queueName }, `
+    inAnotherProcess(directDsn, target(queueName), `
       await t.send(new Envelope(new M('from-another-process')));
       await t.close();
     `);
@@ -159,7 +169,7 @@ describe.each([mysql, sqlite])('$name: one poll per table serves every idle queu
   it('a delayed row another process stores is delivered once its delay has passed', async () => {
     const queueName = queueNames()[23];
     const before = deliveries();
-    inAnotherProcess(directDsn, { tableName, queueName }, `
+    inAnotherProcess(directDsn, target(queueName), `
       await t.send(new Envelope(new M('delayed'), [new DelayStamp(1500)]));
       await t.close();
     `);
@@ -174,7 +184,7 @@ describe.each([mysql, sqlite])('$name: one poll per table serves every idle queu
   it("a crashed consumer's message is delivered to an idle consumer when its lease runs out", async () => {
     const queueName = `crashed_${uniqueName('q')}`;
     // The other process claims the message and dies holding it.
-    const child = inAnotherProcess(directDsn, { tableName, queueName }, `
+    const child = inAnotherProcess(directDsn, target(queueName), `
       await t.send(new Envelope(new M('held-by-the-dead')));
       const { value } = await t.get(new AbortController().signal).next();
       process.stdout.write(value.message.id);

@@ -35,7 +35,8 @@ pub struct DialectFacts {
     pub label: &'static str,
     /// Idle consumers can be woken by the database itself (PostgreSQL LISTEN/NOTIFY).
     pub push_wakeup: bool,
-    /// Idle consumers of a table share one poll per interval ([`Connector::due_by_queue`]).
+    /// Idle consumers of a table that are not woken by the database (no push wake-up, or it
+    /// is off or down) share one poll per interval ([`Connector::due_by_queue`]).
     pub shared_poll: bool,
     /// A server is contacted (an embedded database has nothing to probe).
     pub has_server: bool,

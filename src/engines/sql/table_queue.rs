@@ -163,7 +163,7 @@ impl<D: SqlDialect> TableQueue<D> {
         } else {
             self.cx.config.poll_interval
         };
-        if D::FACTS.shared_poll && cap > MIN_IDLE_WAIT {
+        if D::FACTS.shared_poll && !push && cap > MIN_IDLE_WAIT {
             return Ok(self.wait_for_shared_poll(seen, cancel).await);
         }
         let timeout = if cap <= MIN_IDLE_WAIT {
@@ -217,7 +217,8 @@ impl<D: SqlDialect> TableQueue<D> {
     /// A row this queue stored becomes due in `delay_ms`: the table's poll wakes the queue's
     /// idle consumers then (a due row is woken for by the send itself).
     fn expect_due(&self, delay_ms: f64) {
-        if D::FACTS.shared_poll && delay_ms > 0.0 && delay_ms.is_finite() {
+        let notified = D::FACTS.push_wakeup && self.cx.config.use_notify;
+        if D::FACTS.shared_poll && !notified && delay_ms > 0.0 && delay_ms.is_finite() {
             let at = Instant::now() + crate::support::durations::millis(delay_ms);
             self.cx
                 .target

@@ -59,7 +59,7 @@ impl Connector for Postgres {
         name: "postgres",
         label: "PostgreSQL",
         push_wakeup: true,
-        shared_poll: false,
+        shared_poll: true,
         has_server: true,
     };
     const TOKEN_OF: &'static str = statements::TOKEN_OF;
@@ -130,6 +130,10 @@ impl Connector for Postgres {
                 listener.stop().await;
             }
         })
+    }
+
+    fn due_by_queue(table: &str, queues: &[&str]) -> String {
+        statements::due_by_queue(table, queues)
     }
 
     fn statements(table: &str, notify: bool) -> (TableStatements, PgStatements) {
