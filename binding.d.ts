@@ -293,6 +293,8 @@ export interface SqlQueueOptions {
   maxQueuedSendBytes: number
   /** PostgreSQL: the DSN of the LISTEN connection, when `dsn` goes through a pooler. */
   listenDsn?: string
+  /** The most connections this process opens to `dsn`, for every transport on it. */
+  maxConnections?: number
 }
 
 /** What `stats` samples; `cursor` is the previous sample's, for `added`. */

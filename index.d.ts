@@ -159,6 +159,14 @@ export interface SqlTransportOptions {
    * cannot carry LISTEN: without `listenDsn` idle consumers poll every `pollIntervalMs`.
    */
   readonly listenDsn?: string;
+  /**
+   * The most connections this process opens to `dsn`, for every transport on it together:
+   * the pool, and on PostgreSQL the LISTEN connection when it goes to `dsn`. At least 4 (5 on
+   * PostgreSQL with LISTEN on `dsn`): claims, acks and sends each keep a connection between
+   * statements, and one more serves the rest. Default 11 on PostgreSQL (10 + LISTEN), 10 on MySQL/MariaDB, 4 on SQLite.
+   * Transports on one DSN share one budget: one that names another value is refused.
+   */
+  readonly maxConnections?: number;
   /** How long a first connection may take before `TransportConnectionError`. Default 5000. */
   readonly connectTimeoutMs?: number;
   /**

@@ -182,6 +182,9 @@ new SqlTransport({ dsn: 'postgres://pgbouncer:6432/app?pgbouncer=true', listenDs
 
 // @ts-expect-error listenDsn is a DSN string
 new SqlTransport({ dsn: 'postgres://pgbouncer:6432/app?pgbouncer=true', listenDsn: true });
+new SqlTransport({ dsn: 'postgres://db:5432/app', maxConnections: 20 });
+// @ts-expect-error maxConnections is a count
+new SqlTransport({ dsn: 'postgres://db:5432/app', maxConnections: '20' });
 
 // @ts-expect-error useNotify is a boolean
 new SqlTransport({ dsn: 'postgres://localhost/app', useNotify: 'yes' });

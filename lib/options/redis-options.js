@@ -31,6 +31,11 @@ function resolveRedisOptions(options) {
   if (options === null || typeof options !== 'object') {
     throw invalidArgument('RedisStreamsTransport options must be an object with a dsn and a stream.');
   }
+  if (options.maxConnections !== undefined) {
+    throw invalidArgument(
+      'maxConnections applies to SqlTransport only: a Redis transport holds one command connection per process and DSN, one blocking read per idle consumer and, on a single node, one send connection (docs/operations.md, "Connections").',
+    );
+  }
   const stream = nonEmptyString(options.stream, 'stream');
   const readBatchSize = options.readBatchSize ?? DEFAULTS.readBatchSize;
   if (!Number.isInteger(readBatchSize) || readBatchSize < 1) {

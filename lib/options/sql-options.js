@@ -52,6 +52,10 @@ function resolveSqlOptions(options) {
   if (listenDsn !== undefined && !facts.pushWakeup) {
     throw invalidArgument(`listenDsn applies only to PostgreSQL; remove it for a ${facts.label} DSN.`);
   }
+  const maxConnections = options.maxConnections;
+  if (maxConnections !== undefined && !(Number.isInteger(maxConnections) && maxConnections >= 1 && maxConnections <= 65535)) {
+    throw invalidArgument(`Invalid maxConnections ${String(maxConnections)}: expected a positive integer.`);
+  }
   return {
     dialect: facts.dialect,
     dsn,
@@ -62,6 +66,7 @@ function resolveSqlOptions(options) {
     autoSetup: options.autoSetup ?? DEFAULTS.autoSetup,
     useNotify: facts.pushWakeup ? (options.useNotify ?? DEFAULTS.useNotify) : false,
     listenDsn,
+    maxConnections,
     redeliverTimeoutSeconds: nonNegativeNumber(options, DEFAULTS, 'redeliverTimeoutSeconds'),
     pollIntervalMs: nonNegativeNumber(options, DEFAULTS, 'pollIntervalMs'),
     getNotifyTimeoutMs: nonNegativeNumber(options, DEFAULTS, 'getNotifyTimeoutMs'),

@@ -33,6 +33,7 @@ class SqlTransport extends NativeTransport {
         maxQueuedSends: o.maxQueuedSends,
         maxQueuedSendBytes: o.maxQueuedSendBytes,
         listenDsn: o.listenDsn,
+        maxConnections: o.maxConnections,
       }),
     );
     const messaging = { system: sqlSystem(o.dialect), destination: o.queueName };

@@ -76,7 +76,7 @@ pub struct SqlSession<D: SqlDialect> {
 /// Connects to a server dialect as its transport does, bounded by `timeout`.
 pub async fn open_server<D: SqlDialect>(dsn: &SqlDsn, timeout: Duration) -> Result<SqlSession<D>> {
     let board = Arc::new(WakeBoard::default());
-    let opened = D::open_target(dsn, timeout, &board)?;
+    let opened = D::open_target(dsn, timeout, &board, D::DEFAULT_MAX_CONNECTIONS)?;
     let Some(probe) = opened.probe else {
         return Err(Error::invalid_argument(format!(
             "{} has no server to connect to.",

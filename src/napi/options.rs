@@ -27,6 +27,8 @@ pub struct SqlQueueOptions {
     pub max_queued_send_bytes: f64,
     /// PostgreSQL: the DSN of the LISTEN connection, when `dsn` goes through a pooler.
     pub listen_dsn: Option<String>,
+    /// The most connections this process opens to `dsn`, for every transport on it.
+    pub max_connections: Option<f64>,
 }
 
 /// Options of a native Redis Streams queue, already defaulted by the JavaScript wrapper.
@@ -82,6 +84,17 @@ pub(super) fn millis(value: f64, name: &str) -> Result<Duration, Error> {
     }
 }
 
+/// `maxConnections` as a count.
+fn connection_budget(value: f64) -> Result<u32, Error> {
+    if value.is_finite() && value.fract() == 0.0 && (1.0..=f64::from(u16::MAX)).contains(&value) {
+        Ok(value as u32)
+    } else {
+        Err(Error::invalid_argument(format!(
+            "maxConnections must be a positive integer, got {value}."
+        )))
+    }
+}
+
 /// The send backlog the options ask for (`maxQueuedSends`, `maxQueuedSendBytes`).
 fn send_backlog(items: f64, bytes: f64) -> Result<Backlog, Error> {
     for (name, value) in [("maxQueuedSends", items), ("maxQueuedSendBytes", bytes)] {
@@ -120,6 +133,7 @@ pub fn sql_queue(options: SqlQueueOptions) -> Result<Queue, Error> {
         connect_timeout: millis(options.connect_timeout_ms, "connectTimeoutMs")?,
         poll_interval: millis(options.poll_interval_ms, "pollIntervalMs")?,
         notify_timeout: millis(options.get_notify_timeout_ms, "getNotifyTimeoutMs")?,
+        max_connections: options.max_connections.map(connection_budget).transpose()?,
     };
     // Pools spawn their maintenance task on creation: give them napi's runtime.
     let engine = within_runtime_if_available(|| sql::open_engine(&dsn, config))?;

@@ -23,9 +23,21 @@ impl<T> Default for Targets<T> {
 impl<T> Targets<T> {
     /// The live target for `key`, or a new one from `make`; the caller is one more user.
     pub fn join(&self, key: &str, make: impl FnOnce() -> Result<T>) -> Result<Arc<T>> {
+        self.join_if(key, |_| Ok(()), make)
+    }
+
+    /// As [`join`](Targets::join), but a live target is joined only if `fits` accepts it;
+    /// its error otherwise (the caller is no user then).
+    pub fn join_if(
+        &self,
+        key: &str,
+        fits: impl FnOnce(&T) -> Result<()>,
+        make: impl FnOnce() -> Result<T>,
+    ) -> Result<Arc<T>> {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((weak, users)) = map.get_mut(key) {
             if let Some(existing) = weak.upgrade() {
+                fits(&existing)?;
                 *users += 1;
                 return Ok(existing);
             }

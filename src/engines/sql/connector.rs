@@ -98,11 +98,17 @@ pub trait Connector: Sized + Send + Sync + 'static {
         ))
     }
 
-    /// Builds a target's pool (lazily: no connection is opened here).
+    /// Connections a process opens to one DSN when no transport says (`maxConnections`).
+    const DEFAULT_MAX_CONNECTIONS: u32;
+
+    /// Builds a target's pool (lazily: no connection is opened here), every connection it may
+    /// open (the pool's and any of the dialect's own) within `max_connections`; a budget too
+    /// small for what the dialect keeps open is refused.
     fn open_target(
         dsn: &SqlDsn,
         connect_timeout: Duration,
         board: &Arc<WakeBoard>,
+        max_connections: u32,
     ) -> Result<OpenedTarget<Self>>;
 
     /// Checks the server on the first connection made to it (version, limits), noting what

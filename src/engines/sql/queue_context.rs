@@ -21,6 +21,8 @@ pub struct QueueConfig {
     pub connect_timeout: Duration,
     pub poll_interval: Duration,
     pub notify_timeout: Duration,
+    /// `maxConnections`: the budget of every connection to the DSN in this process.
+    pub max_connections: Option<u32>,
 }
 
 /// One queue of one table in dialect `C`, as its dialect's methods see it.

@@ -40,7 +40,12 @@ pub struct TableQueue<D: SqlDialect> {
 impl<D: SqlDialect> TableQueue<D> {
     /// Joins the DSN's shared target; opens no connection.
     pub fn open(dsn: &SqlDsn, config: QueueConfig) -> Result<Self> {
-        let target = SqlTarget::<D>::join(D::targets(), dsn, config.connect_timeout)?;
+        let target = SqlTarget::<D>::join(
+            D::targets(),
+            dsn,
+            config.connect_timeout,
+            config.max_connections,
+        )?;
         let wake = target.board.signal(&config.table, &config.queue);
         let (shared_sql, sql) = D::statements(&config.table, config.use_notify);
         Ok(Self {

@@ -41,8 +41,11 @@ const PROBE_GRACE: Duration = Duration::from_millis(50);
 /// socket) must not hold a send, a claim, a release, a poll or `close()` for ever.
 pub const STATEMENT_BOUND: Duration = Duration::from_secs(10);
 
-/// Connections per pool (per process and DSN) of a server dialect.
+/// Connections per pool (per process and DSN) of a server dialect, unless `maxConnections` says.
 pub const MAX_POOL_CONNECTIONS: u32 = 10;
+/// The fewest connections a pool works with: claims, acks and sends each keep one between
+/// statements (see `KeptConnection`), and one more serves the rest (polls, setup, reads).
+pub const MIN_POOL_CONNECTIONS: u32 = 4;
 /// A pooled connection unused for this long is pinged before it is handed out: the server may
 /// have closed it meanwhile (a restart, a failover, an idle timeout in between), and a write on
 /// a connection that died unnoticed fails with its outcome unknown. Busy connections are never
@@ -56,6 +59,8 @@ pub struct SqlTarget<D: Connector> {
     pub pool: Pool<D::Db>,
     probe: Option<DialectConnectOptions<D>>,
     pub connect_timeout: Duration,
+    /// The most connections this process opens to the DSN (`maxConnections`).
+    pub max_connections: u32,
     pub secrets: Vec<String>,
     pub board: Arc<WakeBoard>,
     /// The shared polls of idle consumers, one per table (dialects without push wake-ups).
@@ -82,21 +87,36 @@ impl<D: Connector> SqlTarget<D> {
     /// more user until [`leave`].
     ///
     /// [`leave`]: SqlTarget::leave
+    /// `max_connections` (a transport's `maxConnections`) is the budget of the whole target:
+    /// a live target with another budget is not joined but refused.
     pub fn join(
         registry: &'static Targets<Self>,
         dsn: &SqlDsn,
         connect_timeout: Duration,
+        max_connections: Option<u32>,
     ) -> Result<Arc<Self>> {
         let key = D::target_key(dsn, connect_timeout)?;
-        registry.join(&key.clone(), || {
+        let budget = max_connections.unwrap_or(D::DEFAULT_MAX_CONNECTIONS);
+        let fits = |live: &Self| match max_connections {
+            Some(asked) if asked != live.max_connections => Err(Error::invalid_argument(format!(
+                "maxConnections {asked} differs from the {} that the transports already open on \
+                 this DSN share (one budget per process and DSN): give every transport on it \
+                 the same maxConnections, or leave it out.",
+                live.max_connections
+            ))),
+            _ => Ok(()),
+        };
+        registry.join_if(&key.clone(), fits, || {
             let board = Arc::new(WakeBoard::default());
-            let OpenedTarget { pool, probe, extra } = D::open_target(dsn, connect_timeout, &board)?;
+            let OpenedTarget { pool, probe, extra } =
+                D::open_target(dsn, connect_timeout, &board, budget)?;
             Ok(Self {
                 registry,
                 key,
                 pool,
                 probe,
                 connect_timeout,
+                max_connections: budget,
                 secrets: dsn.secrets.clone(),
                 board,
                 pollers: TablePollers::default(),
@@ -327,10 +347,27 @@ pub async fn close_pool<DB: Database>(pool: &Pool<DB>, bound: Duration) {
     tokio::time::timeout(bound, until_empty).await.ok();
 }
 
+/// The pool's share of a target's budget of `max_connections` once the dialect's `own`
+/// connections (`own_is` says what they are) are set aside; a budget too small is refused.
+pub fn pool_share(max_connections: u32, own: u32, own_is: &str) -> Result<u32> {
+    match max_connections.checked_sub(own) {
+        Some(pool) if pool >= MIN_POOL_CONNECTIONS => Ok(pool),
+        _ => Err(Error::invalid_argument(format!(
+            "maxConnections must be at least {} on this DSN: claims, acks and sends each keep a \
+             connection between statements and one more serves the rest{own_is}; got \
+             {max_connections}.",
+            MIN_POOL_CONNECTIONS + own
+        ))),
+    }
+}
+
 /// The pool settings of a server dialect.
-pub fn server_pool_options<DB: Database>(connect_timeout: Duration) -> PoolOptions<DB> {
+pub fn server_pool_options<DB: Database>(
+    connect_timeout: Duration,
+    max_connections: u32,
+) -> PoolOptions<DB> {
     PoolOptions::new()
-        .max_connections(MAX_POOL_CONNECTIONS)
+        .max_connections(max_connections)
         // A ping before every use would double the round trips; only a connection that sat in
         // the pool for a while is pinged (below), and a broken one met in use is retried
         // (see with_transient_retry).

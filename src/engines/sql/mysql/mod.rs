@@ -20,7 +20,7 @@ use crate::engines::sql::ids::{held_condition, id_list, HeldRow};
 use crate::engines::sql::queue_context::QueueContext;
 use crate::engines::sql::retry::with_rollback_retry;
 use crate::engines::sql::target::{
-    invalid_dsn, server_pool_options, with_keepalive, ServerAddress, SqlTarget,
+    invalid_dsn, pool_share, server_pool_options, with_keepalive, ServerAddress, SqlTarget,
     MAX_POOL_CONNECTIONS,
 };
 use crate::queue::engine::{Held, NewMessage, StoredMessage};
@@ -64,12 +64,15 @@ impl Connector for MySql {
         has_server: true,
     };
     const TOKEN_OF: &'static str = statements::TOKEN_OF;
+    const DEFAULT_MAX_CONNECTIONS: u32 = MAX_POOL_CONNECTIONS;
 
     fn open_target(
         dsn: &SqlDsn,
         connect_timeout: Duration,
         _board: &Arc<WakeBoard>,
+        max_connections: u32,
     ) -> Result<OpenedTarget<Self>> {
+        let pool_max = pool_share(max_connections, 0, "")?;
         let options = MySqlConnectOptions::from_str(&dsn.driver_url)
             .map_err(|e| invalid_dsn(dsn, e))?
             // Keep the server's session defaults (time zone above all): see the module doc.
@@ -88,7 +91,7 @@ impl Connector for MySql {
         // COMMITTED rows that do not match are not locked. (The time zone is left alone: see
         // the module doc.)
         let pool = with_keepalive(
-            server_pool_options(connect_timeout),
+            server_pool_options(connect_timeout, pool_max),
             server,
             Some("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"),
         )

@@ -20,7 +20,7 @@ use crate::engines::sql::ids::HeldRow;
 use crate::engines::sql::queue_context::QueueContext;
 use crate::engines::sql::retry::with_rollback_retry;
 use crate::engines::sql::target::{
-    invalid_dsn, server_pool_options, with_keepalive, ServerAddress, SqlTarget,
+    invalid_dsn, pool_share, server_pool_options, with_keepalive, ServerAddress, SqlTarget,
     MAX_POOL_CONNECTIONS,
 };
 use crate::queue::engine::{Held, NewMessage, StoredMessage};
@@ -63,6 +63,8 @@ impl Connector for Postgres {
         has_server: true,
     };
     const TOKEN_OF: &'static str = statements::TOKEN_OF;
+    /// The pool's ten and the LISTEN connection.
+    const DEFAULT_MAX_CONNECTIONS: u32 = MAX_POOL_CONNECTIONS + 1;
 
     /// A transport with another `listenDsn` gets a target of its own.
     fn target_key(dsn: &SqlDsn, connect_timeout: Duration) -> Result<String> {
@@ -78,16 +80,24 @@ impl Connector for Postgres {
         dsn: &SqlDsn,
         connect_timeout: Duration,
         board: &Arc<WakeBoard>,
+        max_connections: u32,
     ) -> Result<OpenedTarget<Self>> {
         let transaction_pooled =
             pooler::transaction_pooled(&dsn.driver_url).map_err(|e| invalid_dsn(dsn, e))?;
+        // The LISTEN connection counts when it goes to this DSN's server (not to `listenDsn`).
+        let listens_here = dsn.listen.is_none() && !transaction_pooled;
+        let pool_max = pool_share(
+            max_connections,
+            u32::from(listens_here),
+            ", and the LISTEN connection is one more",
+        )?;
         let options = connect_options(dsn)?;
         let server = server_of(&options);
         // Through a transaction pooler a session setting would stay on a server connection
         // that other clients (other applications) are lent next.
         let session_setup = (!transaction_pooled).then_some(session_defaults::SESSION_SETUP);
         let pool = with_keepalive(
-            server_pool_options(connect_timeout),
+            server_pool_options(connect_timeout, pool_max),
             server.clone(),
             session_setup,
         )

@@ -15,7 +15,7 @@ use crate::engines::sql::driver::{Driver, SqlResult};
 use crate::engines::sql::errors::Failure;
 use crate::engines::sql::ids::HeldRow;
 use crate::engines::sql::queue_context::QueueContext;
-use crate::engines::sql::target::SqlTarget;
+use crate::engines::sql::target::{pool_share, SqlTarget};
 use crate::queue::engine::{Held, NewMessage, StoredMessage};
 use crate::queue::wake::WakeBoard;
 use crate::support::dsn::SqlDsn;
@@ -47,6 +47,8 @@ impl Connector for Sqlite {
         has_server: false,
     };
     const TOKEN_OF: &'static str = statements::TOKEN_OF;
+    /// A file's connections: one writer at a time, the others reading.
+    const DEFAULT_MAX_CONNECTIONS: u32 = 4;
 
     /// The file alone: every transport on a file (or on `:memory:`, which must stay one
     /// database) shares one pool, with the first one's busy timeout.
@@ -60,7 +62,9 @@ impl Connector for Sqlite {
         dsn: &SqlDsn,
         busy_timeout: Duration,
         _board: &Arc<WakeBoard>,
+        max_connections: u32,
     ) -> Result<OpenedTarget<Self>> {
+        let pool_max = pool_share(max_connections, 0, "")?;
         let (options, min_connections) = match parse_sqlite_location(&dsn.driver_url)? {
             SqliteLocation::File(path) => (
                 SqliteConnectOptions::new()
@@ -85,7 +89,7 @@ impl Connector for Sqlite {
             .busy_timeout(busy_timeout)
             .disable_statement_logging();
         let pool = SqlitePoolOptions::new()
-            .max_connections(4)
+            .max_connections(pool_max)
             // A ping before every use would double the round trips; a broken connection is
             // retried instead (see with_transient_retry).
             .test_before_acquire(false)
