@@ -67,18 +67,23 @@ impl Engine for RedisQueue {
         })
     }
 
+    /// On a single node the wait is on the wake signal, which the deployment's shared read
+    /// and poll move (`idle_read`); a cluster consumer blocks on a connection of its own.
     fn idle<'a>(
         &'a self,
-        _seen: u64,
+        seen: u64,
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<WaitOutcome>> {
         Box::pin(async move {
             if cancel.is_cancelled() {
                 return Ok(WaitOutcome::Cancelled);
             }
-            let limit = 64;
-            let blocked = self.block_once(cancel, limit).await;
-            self.tolerate(blocked, WaitOutcome::TimedOut).await
+            let waited = if self.config.connect.cluster {
+                self.block_once(cancel, 64).await
+            } else {
+                self.wait_shared(seen, cancel).await
+            };
+            self.tolerate(waited, WaitOutcome::TimedOut).await
         })
     }
 
