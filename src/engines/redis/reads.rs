@@ -150,31 +150,40 @@ impl RedisQueue {
         if reclaiming {
             entries.extend(self.reclaim(&mut conn, limit, &delivered).await?);
         }
-        let promoted: Value = PROMOTE
-            .key(&self.config.delay_key)
-            .key(&self.config.stream)
-            .arg(PROMOTE_LIMIT)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.err("drainDelayed", &e))?;
-        self.note_next_due(&promoted);
-        let reply = self.read_new(&mut conn, limit).await?;
+        let reply = self.promote_and_read(&mut conn, limit).await?;
         entries.extend(parse_read_reply(reply));
         self.accept_entries(entries).await
     }
 
-    /// XREADGROUP of new entries. On a single node the stream's last id is read just before,
-    /// in the same round trip: an idle wait after a claim that found nothing registers it
-    /// with the shared read (`idle_read`), and any entry added after the claim has a higher
-    /// id (one added between the two commands only wakes the consumer once for nothing).
-    async fn read_new(&self, conn: &mut Conn, limit: u32) -> Result<Value> {
+    /// Promotion of due delayed members, then XREADGROUP of new entries. On a single node
+    /// both go in one round trip (the claim after a wake-up is that much sooner), with the
+    /// stream's last id read between them: an idle wait after a claim that found nothing
+    /// registers it with the shared read (`idle_read`), and any entry added after the claim
+    /// has a higher id (one added between the two commands only wakes the consumer once for
+    /// nothing).
+    async fn promote_and_read(&self, conn: &mut Conn, limit: u32) -> Result<Value> {
         let read = self.read_group(limit, None, ">");
         if self.config.connect.cluster {
+            let promoted: Value = PROMOTE
+                .key(&self.config.delay_key)
+                .key(&self.config.stream)
+                .arg(PROMOTE_LIMIT)
+                .invoke_async(conn)
+                .await
+                .map_err(|e| self.err("drainDelayed", &e))?;
+            self.note_next_due(&promoted);
             return read
                 .query_async(conn)
                 .await
                 .map_err(|e| self.err("read", &e));
         }
+        let mut promote = redis::cmd("EVALSHA");
+        promote
+            .arg(PROMOTE.get_hash())
+            .arg(2)
+            .arg(&self.config.delay_key)
+            .arg(&self.config.stream)
+            .arg(PROMOTE_LIMIT);
         let mut top = redis::cmd("XREVRANGE");
         top.arg(&self.config.stream)
             .arg("+")
@@ -183,13 +192,39 @@ impl RedisQueue {
             .arg(1);
         let replies: Vec<Value> = redis::pipe()
             .ignore_errors()
+            .add_command(promote)
             .add_command(top)
             .add_command(read)
             .query_async(conn)
             .await
-            .map_err(|e| self.err("read", &e))?;
+            .map_err(|e| self.err("drainDelayed", &e))?;
         let mut replies = replies.into_iter();
-        let (top, read) = (replies.next(), replies.next());
+        let (promoted, top, read) = (replies.next(), replies.next(), replies.next());
+        match promoted.unwrap_or(Value::Nil).extract_error() {
+            Ok(promoted) => self.note_next_due(&promoted),
+            // Not loaded on this server yet: loaded and run now. What it adds is above the
+            // last id read, so an idle wait registered with it is woken for it.
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                let promoted: redis::RedisResult<Value> = PROMOTE
+                    .key(&self.config.delay_key)
+                    .key(&self.config.stream)
+                    .arg(PROMOTE_LIMIT)
+                    .invoke_async(conn)
+                    .await;
+                match promoted {
+                    Ok(promoted) => self.note_next_due(&promoted),
+                    Err(e) => {
+                        // The read ran: what it took is re-read by the next claim.
+                        self.lost_a_read();
+                        return Err(self.err("drainDelayed", &e));
+                    }
+                }
+            }
+            Err(e) => {
+                self.lost_a_read();
+                return Err(self.err("drainDelayed", &e));
+            }
+        }
         let reply = read
             .unwrap_or(Value::Nil)
             .extract_error()
