@@ -63,11 +63,8 @@ async function abortAndTime({ controller, next }) {
   return { ms: performance.now() - started, ended };
 }
 
-/**
- * The blocking read idle consumers wait on (claims read without BLOCK): on a single node the
- * XREAD their deployment shares, a consumer's own XREADGROUP on a cluster.
- */
-const blockingRead = (chunk) => chunk.includes('XREAD') && chunk.includes('BLOCK');
+/** The consumer's blocking read (its claims read without BLOCK). */
+const blockingRead = (chunk) => chunk.includes('XREADGROUP') && chunk.includes('BLOCK');
 
 /** The blocking connection's first command, as it opens (it learns its id for CLIENT UNBLOCK). */
 const clientId = '$6\r\nCLIENT\r\n$2\r\nID\r\n';
@@ -94,9 +91,6 @@ it('a get() aborted while a slow path holds its blocking read back ends at once'
   const warm = startGet();
   await new Promise((resolve) => setTimeout(resolve, 50));
   await abortAndTime(warm);
-  // On a single node the read is shared: it is ended once nobody waits on it (within a few
-  // ms), and the next get() sends a new one.
-  await new Promise((resolve) => setTimeout(resolve, 100));
   const caught = proxy.holdBack(blockingRead, 150);
   const get = startGet();
   await caught;

@@ -19,11 +19,8 @@ const BACK_WITHIN_MS = 4000;
 /** Longer than the wait below: the entry must arrive while the consumer is blocked, not polling. */
 const POLL_INTERVAL_MS = 10_000;
 
-/**
- * The blocking read the idle consumer waits on (its claims read without BLOCK): on a single
- * node the XREAD its deployment shares, which wakes it to claim both entries.
- */
-const blockingRead = (chunk) => chunk.includes('XREAD') && chunk.includes('BLOCK');
+/** The consumer's blocking read (its claims read without BLOCK). */
+const blockingRead = (chunk) => chunk.includes('XREADGROUP') && chunk.includes('BLOCK');
 /** The discard of foreign entries: XACK and XDEL in one MULTI (fenced acks go by script). */
 const discard = (chunk) => chunk.includes('XDEL');
 

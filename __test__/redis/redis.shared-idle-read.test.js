@@ -163,11 +163,14 @@ describe('wake-ups through the shared read', () => {
   }, 30000);
 
   it('a cancelled idle consumer leaves the shared read, and the last close ends it', async () => {
+    // More idle consumers than block on reads of their own (4): they share one.
     const leaving = idleTransport();
     const staying = idleTransport();
+    const others = Array.from({ length: 4 }, () => idleTransport());
     const leaver = consume(leaving);
     consume(staying);
-    await untilIdle([leaving, staying]);
+    others.forEach((t) => consume(t));
+    await untilIdle([leaving, staying, ...others]);
     await sleep(200);
     const base = await clientCount();
 

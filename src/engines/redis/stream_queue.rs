@@ -18,7 +18,7 @@ use crate::queue::wake::{WakeBoard, WakeSignal};
 use crate::support::dsn::RedisDsn;
 use crate::support::error::{Cause, Error, Result};
 use crate::support::targets::Targets;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
@@ -50,6 +50,8 @@ pub(super) struct RedisShared {
     board: WakeBoard,
     /// The blocking read and poll its idle consumers share (single node only).
     pub(super) idle: Arc<IdleRead>,
+    /// Consumers of the deployment in an idle wait now (see `engine::OWN_READS_UP_TO`).
+    pub(super) idle_consumers: AtomicUsize,
 }
 
 impl Drop for RedisShared {
@@ -152,6 +154,7 @@ impl RedisQueue {
                 commands: tokio::sync::Mutex::new(None),
                 board: WakeBoard::default(),
                 idle: Arc::default(),
+                idle_consumers: AtomicUsize::new(0),
             })
         })?;
         let wake = shared.board.signal(&config.stream, "");
