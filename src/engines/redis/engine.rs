@@ -13,9 +13,36 @@ use crate::queue::wake::WakeSignal;
 use crate::support::error::{ErrorKind, Result};
 use futures_util::future::BoxFuture;
 use redis::Value;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+/// Up to this many idle consumers of a single-node deployment block on connections of their
+/// own, the fastest wake-up (the blocked read returns the entry itself); past it, every idle
+/// consumer shares the deployment's one read, so that idle cost and connections stay the same
+/// for 200 queues as for 5. Each consumer decides anew at every wait.
+const OWN_READS_UP_TO: usize = 4;
+
+/// One consumer in an idle wait, counted among its deployment's for as long as it waits.
+struct IdleConsumer<'a> {
+    count: &'a AtomicUsize,
+    /// How many were waiting, this one included, when it began.
+    among: usize,
+}
+
+impl<'a> IdleConsumer<'a> {
+    fn enter(count: &'a AtomicUsize) -> Self {
+        let among = count.fetch_add(1, Ordering::AcqRel) + 1;
+        Self { count, among }
+    }
+}
+
+impl Drop for IdleConsumer<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 impl Engine for RedisQueue {
     fn attach_counters(&self, counters: Arc<Counters>) {
@@ -67,18 +94,30 @@ impl Engine for RedisQueue {
         })
     }
 
+    /// On a single node the wait is on the wake signal, which the deployment's shared read
+    /// and poll move (`idle_read`); a cluster consumer blocks on a connection of its own.
     fn idle<'a>(
         &'a self,
-        _seen: u64,
+        seen: u64,
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<WaitOutcome>> {
         Box::pin(async move {
             if cancel.is_cancelled() {
                 return Ok(WaitOutcome::Cancelled);
             }
-            let limit = 64;
-            let blocked = self.block_once(cancel, limit).await;
-            self.tolerate(blocked, WaitOutcome::TimedOut).await
+            let waited = if self.config.connect.cluster {
+                self.block_once(cancel, 64).await
+            } else {
+                let idle = IdleConsumer::enter(&self.shared.idle_consumers);
+                if idle.among <= OWN_READS_UP_TO {
+                    self.block_once(cancel, 64).await
+                } else {
+                    // Its own read's connection is not kept while it shares.
+                    *self.blocking.lock().await = None;
+                    self.wait_shared(seen, cancel).await
+                }
+            };
+            self.tolerate(waited, WaitOutcome::TimedOut).await
         })
     }
 

@@ -1,20 +1,24 @@
 //! Reads from a stream for one consumer: a claim (our own pending entries after an abandoned
 //! block, a periodic XAUTOCLAIM pass, promotion of due delayed members, then new entries), the
-//! renewal and release of claimed entries (XCLAIM), and the blocking read on the consumer's own
-//! connection, ended early with CLIENT UNBLOCK where the server allows it.
+//! renewal and release of claimed entries (XCLAIM), and the idle wait: on a single node a wait
+//! on the wake signal that the deployment's shared read moves (`idle_read`), on a cluster a
+//! blocking read on the consumer's own connection.
 //! Invariant: an entry a read takes into our pending list reaches the queue's buffer (a
 //! blocking read hands it over in its wait's outcome, never keeps it), or stays pending
 //! where our next claim (after an abandoned block) or any consumer's XAUTOCLAIM finds it;
 //! foreign entries (no `body`/`headers`) are removed, so they never loop.
 
+use super::blocked::{unblock_read, READ_MARGIN};
 use super::connection::Conn;
 use super::delivered::Delivered;
+use super::idle_read::{Connect, Watched, IDLE_CAP};
 use super::replies::{
-    as_i64, as_string, parse_autoclaim_reply, parse_read_reply, read_reply_page, Entry,
+    as_i64, as_string, last_id, parse_autoclaim_reply, parse_read_reply, read_reply_page, Entry,
 };
 use super::stream_queue::RedisQueue;
 use crate::queue::engine::StoredMessage;
 use crate::queue::engine::WaitOutcome;
+use crate::queue::wake::WaitEnd;
 use crate::support::error::Result;
 use redis::{Script, Value};
 use std::collections::HashSet;
@@ -32,14 +36,6 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scri
 /// larger). A re-read goes on from where the last one stopped while its pages come back full,
 /// so entries past the first page are not hidden until the claim idle time.
 const RECOVER_PAGE: u32 = 128;
-
-/// How long a blocked read may run past its BLOCK time, or past being ended, before its
-/// connection is taken for dead and dropped (a silent peer must not hold `get()` or `close()`).
-const READ_MARGIN: Duration = Duration::from_secs(2);
-
-/// How long an UNBLOCK that found nothing blocked waits for the read's reply before asking
-/// again (doubling each time, within `READ_MARGIN`).
-const UNBLOCK_PAUSE: Duration = Duration::from_millis(2);
 
 impl RedisQueue {
     /// Turns stream entries into messages; entries without `body`/`headers` (foreign) are
@@ -97,8 +93,11 @@ impl RedisQueue {
 
     /// A read's reply may have been lost after the server ran it: the next claim re-reads our
     /// pending list from its start (also when a re-read was under way: it may have missed them).
+    /// No idle wait follows before that claim: the wait would register the lost read's last
+    /// id, and nothing newer might come for long.
     fn lost_a_read(&self) {
         *self.recover_from.lock().unwrap_or_else(|p| p.into_inner()) = Some("0".to_owned());
+        *self.top.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// A re-read found a full page: the next claim goes on after `last`, unless a read was
@@ -151,21 +150,87 @@ impl RedisQueue {
         if reclaiming {
             entries.extend(self.reclaim(&mut conn, limit, &delivered).await?);
         }
-        let promoted: Value = PROMOTE
-            .key(&self.config.delay_key)
-            .key(&self.config.stream)
-            .arg(PROMOTE_LIMIT)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.err("drainDelayed", &e))?;
-        self.note_next_due(&promoted);
-        let reply: Value = self
-            .read_group(limit, None, ">")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.err("read", &e))?;
+        let reply = self.promote_and_read(&mut conn, limit).await?;
         entries.extend(parse_read_reply(reply));
         self.accept_entries(entries).await
+    }
+
+    /// Promotion of due delayed members, then XREADGROUP of new entries. On a single node
+    /// both go in one round trip (the claim after a wake-up is that much sooner), with the
+    /// stream's last id read between them: an idle wait after a claim that found nothing
+    /// registers it with the shared read (`idle_read`), and any entry added after the claim
+    /// has a higher id (one added between the two commands only wakes the consumer once for
+    /// nothing).
+    async fn promote_and_read(&self, conn: &mut Conn, limit: u32) -> Result<Value> {
+        let read = self.read_group(limit, None, ">");
+        if self.config.connect.cluster {
+            let promoted: Value = PROMOTE
+                .key(&self.config.delay_key)
+                .key(&self.config.stream)
+                .arg(PROMOTE_LIMIT)
+                .invoke_async(conn)
+                .await
+                .map_err(|e| self.err("drainDelayed", &e))?;
+            self.note_next_due(&promoted);
+            return read
+                .query_async(conn)
+                .await
+                .map_err(|e| self.err("read", &e));
+        }
+        let mut promote = redis::cmd("EVALSHA");
+        promote
+            .arg(PROMOTE.get_hash())
+            .arg(2)
+            .arg(&self.config.delay_key)
+            .arg(&self.config.stream)
+            .arg(PROMOTE_LIMIT);
+        let mut top = redis::cmd("XREVRANGE");
+        top.arg(&self.config.stream)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(1);
+        let replies: Vec<Value> = redis::pipe()
+            .ignore_errors()
+            .add_command(promote)
+            .add_command(top)
+            .add_command(read)
+            .query_async(conn)
+            .await
+            .map_err(|e| self.err("drainDelayed", &e))?;
+        let mut replies = replies.into_iter();
+        let (promoted, top, read) = (replies.next(), replies.next(), replies.next());
+        match promoted.unwrap_or(Value::Nil).extract_error() {
+            Ok(promoted) => self.note_next_due(&promoted),
+            // Not loaded on this server yet: loaded and run now. What it adds is above the
+            // last id read, so an idle wait registered with it is woken for it.
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                let promoted: redis::RedisResult<Value> = PROMOTE
+                    .key(&self.config.delay_key)
+                    .key(&self.config.stream)
+                    .arg(PROMOTE_LIMIT)
+                    .invoke_async(conn)
+                    .await;
+                match promoted {
+                    Ok(promoted) => self.note_next_due(&promoted),
+                    Err(e) => {
+                        // The read ran: what it took is re-read by the next claim.
+                        self.lost_a_read();
+                        return Err(self.err("drainDelayed", &e));
+                    }
+                }
+            }
+            Err(e) => {
+                self.lost_a_read();
+                return Err(self.err("drainDelayed", &e));
+            }
+        }
+        let reply = read
+            .unwrap_or(Value::Nil)
+            .extract_error()
+            .map_err(|e| self.err("read", &e))?;
+        *self.top.lock().unwrap_or_else(|p| p.into_inner()) = top.and_then(|t| last_id(&t));
+        Ok(reply)
     }
 
     fn delivered(&self) -> std::sync::MutexGuard<'_, Delivered> {
@@ -220,7 +285,7 @@ impl RedisQueue {
         })
     }
 
-    fn reclaim_period(&self) -> Duration {
+    pub(super) fn reclaim_period(&self) -> Duration {
         (self.config.claim_idle / 2).clamp(Duration::from_millis(10), Duration::from_secs(5))
     }
 
@@ -418,35 +483,60 @@ impl RedisQueue {
     where
         F: std::future::Future<Output = redis::RedisResult<Value>>,
     {
-        let deadline = tokio::time::Instant::now() + READ_MARGIN;
-        let mut pause = UNBLOCK_PAUSE;
-        while let (Some(id), Ok(mut conn)) = (client_id, self.shared.conn("read").await) {
-            let ended = redis::cmd("CLIENT")
-                .arg("UNBLOCK")
-                .arg(id)
-                .arg("TIMEOUT")
-                .query_async::<i64>(&mut conn)
-                .await;
-            // 0: nothing blocked yet: the read has answered (its reply is on its way), or it
-            // has not reached the server (the UNBLOCK went over another connection, and
-            // overtook it); asked again until it answers.
-            if !matches!(ended, Ok(0)) {
-                break;
-            }
-            match tokio::time::timeout(pause, reading.as_mut()).await {
-                Ok(reply) => return reply,
-                Err(_) if tokio::time::Instant::now() + pause < deadline => pause *= 2,
-                Err(_) => break,
-            }
-        }
-        // The unblocked read answers at once; a read that does not is on a dead or silent
-        // connection, which the caller then drops instead of waiting on it.
-        match tokio::time::timeout_at(deadline, reading.as_mut()).await {
-            Ok(reply) => reply,
-            Err(_) => Err(redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "no reply to a blocked read after it was ended",
-            ))),
-        }
+        let commands = match client_id {
+            Some(_) => self.shared.conn("read").await.ok(),
+            None => None,
+        };
+        unblock_read(commands, client_id, reading).await
+    }
+}
+
+impl RedisQueue {
+    /// An idle wait on a single node: registered with the shared read, it waits for this
+    /// queue's wake signal (moved past `seen`, read before the claim that found nothing), the
+    /// next delayed member this consumer knows of, a delayed add of this process (re-plans
+    /// the wait), `IDLE_CAP`, or `cancel`. It runs no command and claims nothing.
+    pub(super) async fn wait_shared(
+        &self,
+        seen: u64,
+        cancel: &CancellationToken,
+    ) -> Result<WaitOutcome> {
+        // No last id from the claim before (it failed, or none ran): claim again.
+        let Some(top) = self.top.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return Ok(WaitOutcome::Woken);
+        };
+        let delayed_seen = self.delayed_added.seq();
+        let next_due = *self.next_due.lock().unwrap_or_else(|p| p.into_inner());
+        let wait = next_due.map_or(IDLE_CAP, |due| due.min(IDLE_CAP));
+        let commands = self.conn("read").await?;
+        let reclaim_at = self
+            .reclaim
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .next_at;
+        let watched = Watched {
+            stream: self.config.stream.clone(),
+            signal: self.wake.clone(),
+            delay_key: self.config.delay_key.clone(),
+            group: self.config.group.clone(),
+            claim_idle: self.config.claim_idle,
+            reclaim_at,
+            reclaim_period: self.reclaim_period(),
+            poll: self.config.poll_interval,
+        };
+        let _registered = self.shared.idle.register(watched, top, || Connect {
+            target: self.shared.target.clone(),
+            commands,
+            timeout: self.shared.connect_timeout,
+        });
+        let end = tokio::select! {
+            end = self.wake.wait(seen, wait, cancel) => end,
+            _ = self.delayed_added.changed(delayed_seen) => WaitEnd::Woken,
+        };
+        Ok(match end {
+            WaitEnd::Woken => WaitOutcome::Woken,
+            WaitEnd::TimedOut => WaitOutcome::TimedOut,
+            WaitEnd::Cancelled => WaitOutcome::Cancelled,
+        })
     }
 }

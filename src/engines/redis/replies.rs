@@ -142,6 +142,70 @@ pub fn parse_autoclaim_reply(value: Value) -> (String, Vec<Entry>) {
     (cursor, entries)
 }
 
+/// A stream entry id, ordered as Redis orders them (`<ms>-<seq>`, both numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StreamId(pub u64, pub u64);
+
+impl StreamId {
+    pub fn parse(id: &str) -> Option<Self> {
+        let (ms, seq) = id.split_once('-')?;
+        Some(Self(ms.parse().ok()?, seq.parse().ok()?))
+    }
+}
+
+impl std::fmt::Display for StreamId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.0, self.1)
+    }
+}
+
+/// The id of the last entry of an XREVRANGE … COUNT 1 reply: `0-0` for an empty (or missing)
+/// stream; None for an error or anything else.
+pub fn last_id(value: &Value) -> Option<StreamId> {
+    let Value::Array(items) = value else {
+        return None;
+    };
+    match items.first() {
+        None => Some(StreamId(0, 0)),
+        Some(Value::Array(pair)) => pair
+            .first()
+            .and_then(as_string)
+            .and_then(|id| StreamId::parse(&id)),
+        Some(_) => None,
+    }
+}
+
+/// Each stream of an XREAD reply (RESP2 or RESP3) with the id of its last entry returned.
+pub fn read_reply_tops(value: &Value) -> Vec<(String, StreamId)> {
+    let streams: Vec<(&Value, &Value)> = match value {
+        Value::Array(streams) => streams
+            .iter()
+            .filter_map(|s| match s {
+                Value::Array(pair) => Some((pair.first()?, pair.get(1)?)),
+                _ => None,
+            })
+            .collect(),
+        Value::Map(streams) => streams.iter().map(|(k, v)| (k, v)).collect(),
+        _ => Vec::new(),
+    };
+    streams
+        .into_iter()
+        .filter_map(|(name, entries)| {
+            let Value::Array(entries) = entries else {
+                return None;
+            };
+            let top = entries.iter().rev().find_map(|e| match e {
+                Value::Array(pair) => pair
+                    .first()
+                    .and_then(as_string)
+                    .and_then(|id| StreamId::parse(&id)),
+                _ => None,
+            })?;
+            Some((as_string(name)?, top))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,5 +322,39 @@ mod tests {
         assert_eq!(cursor, "5-0");
         assert_eq!(entries.len(), 1);
         assert_eq!(parse_autoclaim_reply(Value::Nil).0, "0-0");
+    }
+
+    #[test]
+    fn stream_ids_order_as_numbers() {
+        assert!(StreamId::parse("10-0").unwrap() > StreamId::parse("9-5").unwrap());
+        assert!(StreamId::parse("9-10").unwrap() > StreamId::parse("9-9").unwrap());
+        assert_eq!(StreamId::parse("12-3").unwrap().to_string(), "12-3");
+        assert_eq!(StreamId::parse("nonce"), None);
+    }
+
+    #[test]
+    fn last_ids_and_read_tops() {
+        let entry =
+            |id: &str| Value::Array(vec![bulk(id), Value::Array(vec![bulk("body"), bulk("x")])]);
+        assert_eq!(last_id(&Value::Array(vec![])), Some(StreamId(0, 0)));
+        assert_eq!(
+            last_id(&Value::Array(vec![entry("5-1")])),
+            Some(StreamId(5, 1))
+        );
+        assert_eq!(last_id(&Value::Nil), None);
+        let resp2 = Value::Array(vec![Value::Array(vec![
+            bulk("s"),
+            Value::Array(vec![entry("1-0"), entry("2-0")]),
+        ])]);
+        assert_eq!(
+            read_reply_tops(&resp2),
+            vec![("s".to_owned(), StreamId(2, 0))]
+        );
+        let resp3 = Value::Map(vec![(bulk("t"), Value::Array(vec![entry("3-4")]))]);
+        assert_eq!(
+            read_reply_tops(&resp3),
+            vec![("t".to_owned(), StreamId(3, 4))]
+        );
+        assert!(read_reply_tops(&Value::Nil).is_empty());
     }
 }

@@ -1,8 +1,9 @@
 //! One stream consumer, `RedisQueue`: its stream, consumer group and delayed zset, the
 //! deployment its queues share per process and DSN (`RedisShared`), and how its operations
 //! report failures and ride them out. Invariant: the command connection and the wake signals
-//! belong to the shared deployment and the last queue to leave it closes them; the blocking
-//! connection is the consumer's own; only a consumer that has reached the server once waits
+//! belong to the shared deployment and the last queue to leave it closes them, as does the read
+//! its idle consumers share on a single node (`idle_read`); a cluster consumer's blocking
+//! connection is its own; only a consumer that has reached the server once waits
 //! out connection failures, and a write is repeated only after a connection failure, once.
 //! Its reads, writes and `Engine` impl are `impl` blocks in `reads`, `writes` and `engine`,
 //! which import this file; it imports none of them.
@@ -10,12 +11,14 @@
 use super::connection::{Conn, ConnectOptions, Target};
 use super::delivered::Delivered;
 use super::errors;
+use super::idle_read::IdleRead;
+use super::replies::StreamId;
 use super::slot;
 use crate::queue::wake::{WakeBoard, WakeSignal};
 use crate::support::dsn::RedisDsn;
 use crate::support::error::{Cause, Error, Result};
 use crate::support::targets::Targets;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
@@ -45,6 +48,16 @@ pub(super) struct RedisShared {
     pub(super) connect_timeout: Duration,
     commands: tokio::sync::Mutex<Option<Conn>>,
     board: WakeBoard,
+    /// The blocking read and poll its idle consumers share (single node only).
+    pub(super) idle: Arc<IdleRead>,
+    /// Consumers of the deployment in an idle wait now (see `engine::OWN_READS_UP_TO`).
+    pub(super) idle_consumers: AtomicUsize,
+}
+
+impl Drop for RedisShared {
+    fn drop(&mut self) {
+        self.idle.close();
+    }
 }
 
 static TARGETS: LazyLock<Targets<RedisShared>> = LazyLock::new(Targets::default);
@@ -77,6 +90,9 @@ pub struct RedisQueue {
     /// This consumer's connection for blocking reads, and its `CLIENT ID` on a single node
     /// (so a block can be ended early with `CLIENT UNBLOCK` instead of dropping the connection).
     pub(super) blocking: tokio::sync::Mutex<Option<(Conn, Option<i64>)>>,
+    /// The stream's last id as read just before the last claim's read of new entries (single
+    /// node): what an idle wait after an empty claim registers with the shared read.
+    pub(super) top: Mutex<Option<StreamId>>,
     /// Entries of our pending list the queue holds (skipped when re-reading it).
     pub(super) delivered: Mutex<Delivered>,
     /// Where the next claim re-reads our own pending entries from: `0` after a read whose
@@ -137,6 +153,8 @@ impl RedisQueue {
                 connect_timeout: config.connect.connect_timeout,
                 commands: tokio::sync::Mutex::new(None),
                 board: WakeBoard::default(),
+                idle: Arc::default(),
+                idle_consumers: AtomicUsize::new(0),
             })
         })?;
         let wake = shared.board.signal(&config.stream, "");
@@ -145,6 +163,7 @@ impl RedisQueue {
             shared,
             wake,
             blocking: tokio::sync::Mutex::new(None),
+            top: Mutex::new(None),
             delivered: Mutex::default(),
             recover_from: Mutex::new(None),
             reclaim: Mutex::new(Reclaim {
@@ -164,6 +183,7 @@ impl RedisQueue {
     /// queue on it.
     pub(super) async fn leave_shared(&self) {
         if TARGETS.leave(&self.shared.key, &self.shared) {
+            self.shared.idle.close();
             *self.shared.commands.lock().await = None;
         }
     }

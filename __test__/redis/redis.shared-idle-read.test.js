@@ -1,0 +1,202 @@
+'use strict';
+
+// Idle Redis queues of one process on one node share one blocking read (issue 36, item 1):
+// idle consumers hold no connection of their own and run no command while nothing happens;
+// a shared XREAD over their streams wakes the one a message arrives on.
+
+const crypto = require('node:crypto');
+const { DelayStamp } = require('@schally/nestjs-messenger');
+const { RedisStreamsTransport } = require('../..');
+const { startRedisServer, withIoredis } = require('../support/redis-server');
+const {
+  serializer,
+  envelopeOf,
+  idOf,
+  sleep,
+  pollUntil,
+  closeAll,
+  startConsumer,
+} = require('../support/transport-helpers');
+
+let server;
+let dsn;
+const transports = [];
+const consumers = [];
+
+const inspect = (use) => withIoredis(dsn, use);
+
+function transport(options = {}) {
+  const t = new RedisStreamsTransport({ serializer: serializer(), dsn, stream: `idle-${crypto.randomBytes(5).toString('hex')}`, ...options });
+  transports.push(t);
+  return t;
+}
+
+function consume(t) {
+  const consumer = startConsumer(t);
+  consumers.push(consumer);
+  return consumer;
+}
+
+/** Clients connected to the server, the inspecting one left out. */
+const clientCount = () =>
+  inspect(async (redis) => {
+    const list = await redis.client('LIST');
+    return list.split('\n').filter((line) => line.trim() !== '').length - 1;
+  });
+
+/** Calls of each command so far, from INFO commandstats. */
+const commandCalls = () =>
+  inspect(async (redis) => {
+    const calls = {};
+    for (const match of (await redis.info('commandstats')).matchAll(/cmdstat_([a-z|]+):calls=(\d+)/g)) {
+      calls[match[1]] = Number(match[2]);
+    }
+    return calls;
+  });
+
+const readCalls = (calls) => (calls.xreadgroup ?? 0) + (calls.xread ?? 0);
+
+/** Waits until every transport's consumer group exists (each get() loop has claimed once). */
+async function untilIdle(list) {
+  await pollUntil(
+    () =>
+      inspect(async (redis) => {
+        for (const t of list) {
+          const groups = await redis.call('XINFO', 'GROUPS', t.stream).catch(() => []);
+          if (groups.length === 0) return false;
+        }
+        return true;
+      }),
+    { timeoutMs: 20000, intervalMs: 100 },
+  );
+}
+
+beforeAll(async () => {
+  server = await startRedisServer();
+  dsn = `redis://127.0.0.1:${server.port}`;
+}, 30000);
+
+afterAll(async () => {
+  await server?.stop();
+});
+
+afterEach(async () => {
+  await Promise.all(consumers.splice(0).map((c) => c.stop()));
+  await closeAll(transports);
+}, 30000);
+
+/** A transport whose stream name the test keeps (`t.stream`). */
+function idleTransport(options) {
+  const stream = `idle-${crypto.randomBytes(5).toString('hex')}`;
+  const t = transport({ stream, ...options });
+  t.stream = stream;
+  return t;
+}
+
+describe('many idle queues in one process', () => {
+  it('200 idle get() loops hold a handful of connections and issue almost no reads', async () => {
+    const list = Array.from({ length: 200 }, () => idleTransport());
+    list.forEach(consume);
+    await untilIdle(list);
+    await sleep(500);
+
+    const clients = await clientCount();
+    const before = await commandCalls();
+    await sleep(2000);
+    const after = await commandCalls();
+    const reads = readCalls(after) - readCalls(before);
+    const all = Object.keys(after).reduce((sum, k) => sum + after[k] - (before[k] ?? 0), 0);
+    console.log(`200 idle queues: ${clients} connections; over 2 s idle: ${reads} xreadgroup/xread calls, ${all} commands in all`);
+    expect(clients).toBeLessThanOrEqual(8);
+    expect(reads).toBeLessThanOrEqual(5);
+  }, 60000);
+});
+
+describe('wake-ups through the shared read', () => {
+  it('an entry XADDed by another connection reaches that stream\'s consumer only', async () => {
+    const list = Array.from({ length: 50 }, () => idleTransport());
+    const running = list.map(consume);
+    await untilIdle(list);
+    await sleep(200);
+
+    const target = 17;
+    const encoded = serializer().encode(envelopeOf('from-elsewhere'));
+    await inspect((redis) => redis.xadd(list[target].stream, '*', 'body', encoded.body, 'headers', JSON.stringify(encoded.headers)));
+
+    const [arrival] = await running[target].waitFor(1, 5000);
+    expect(arrival).toBeDefined();
+    expect(arrival.envelope.message.id).toBe('from-elsewhere');
+    await sleep(200);
+    running.forEach((c, i) => expect(c.arrivals.length).toBe(i === target ? 1 : 0));
+  }, 60000);
+
+  it('a send from this process to an idle queue, and a delayed one after its delay', async () => {
+    const idle = idleTransport();
+    const other = idleTransport();
+    const consumer = consume(idle);
+    consume(other);
+    await untilIdle([idle, other]);
+    await sleep(200);
+
+    const sent = await idle.send(envelopeOf('now'));
+    const [now] = await consumer.waitFor(1, 5000);
+    expect(now && idOf(now.envelope)).toBe(idOf(sent));
+
+    const sentAt = Date.now();
+    await idle.send(envelopeOf('later', '', [new DelayStamp(500)]));
+    const arrivals = await consumer.waitFor(2, 5000);
+    expect(arrivals).toHaveLength(2);
+    expect(arrivals[1].envelope.message.id).toBe('later');
+    expect(arrivals[1].at - sentAt).toBeGreaterThanOrEqual(450);
+  }, 30000);
+
+  it('a delayed member added by another process is delivered when due', async () => {
+    const idle = idleTransport();
+    const consumer = consume(idle);
+    await untilIdle([idle]);
+    await sleep(200);
+
+    const sender = transport({ stream: idle.stream, dsn: `${dsn}/0` });
+    await sender.send(envelopeOf('from-afar', '', [new DelayStamp(300)]));
+    const [arrival] = await consumer.waitFor(1, 5000);
+    expect(arrival && arrival.envelope.message.id).toBe('from-afar');
+  }, 30000);
+
+  it('a cancelled idle consumer leaves the shared read, and the last close ends it', async () => {
+    // More idle consumers than block on reads of their own (4): they share one.
+    const leaving = idleTransport();
+    const staying = idleTransport();
+    const others = Array.from({ length: 4 }, () => idleTransport());
+    const leaver = consume(leaving);
+    consume(staying);
+    others.forEach((t) => consume(t));
+    await untilIdle([leaving, staying, ...others]);
+    await sleep(200);
+    const base = await clientCount();
+
+    const reads = [];
+    await inspect(async (redis) => {
+      const monitor = await redis.monitor();
+      monitor.on('monitor', (_time, args) => {
+        if (String(args[0]).toLowerCase() === 'xread') reads.push(args.map(String));
+      });
+      try {
+        await leaver.stop();
+        consumers.splice(consumers.indexOf(leaver), 1);
+        // Left at once: the read is ended and issued again over the streams still waited on.
+        await pollUntil(() => reads.some((args) => args.includes(staying.stream)), { timeoutMs: 8000 });
+      } finally {
+        monitor.disconnect();
+      }
+    });
+    const last = reads.filter((args) => args.includes(staying.stream)).at(-1);
+    expect(last).toBeDefined();
+    expect(last).not.toContain(leaving.stream);
+
+    await Promise.all(consumers.splice(0).map((c) => c.stop()));
+    await closeAll(transports);
+    await pollUntil(async () => (await clientCount()) === 0, { timeoutMs: 5000 });
+    expect(base).toBeGreaterThan(0);
+    expect(await clientCount()).toBe(0);
+  }, 30000);
+});

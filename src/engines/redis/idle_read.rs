@@ -1,0 +1,452 @@
+//! The idle consumers of one single-node deployment (`RedisShared`) share one blocking read:
+//! a connection of its own running `XREAD BLOCK … STREAMS s1 … sN id1 … idN` over the streams
+//! that have idle consumers, as a wake-up only (it reads, it claims nothing: no group state
+//! changes). Entries on stream s wake s's signal, so its consumers claim as after any wake-up.
+//! Beside it, one poll per `pollIntervalMs` (`scripts/idle_due.lua`, on the command
+//! connection) finds delayed members that came due and stalled pending entries, which no new
+//! entry announces. An idle consumer thus runs no command of its own while nothing happens.
+//! Invariant: a consumer registers the stream's last id as read before its empty claim, so
+//! an entry added after the claim is above it and wakes it; the read's id for a stream is the
+//! lowest registered, raised only past entries whose wake-up it has given. Cluster
+//! deployments keep a blocking read per consumer (`reads`): a read over many streams cannot
+//! span their nodes.
+
+use super::blocked::{unblock_read, READ_MARGIN};
+use super::connection::{Conn, Target};
+use super::replies::{read_reply_tops, StreamId};
+use crate::queue::wake::WakeSignal;
+use redis::{Script, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+static IDLE_DUE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/idle_due.lua")));
+
+/// The shared read's BLOCK time: it is issued again this often while nothing happens (a
+/// silent peer is found within it and `READ_MARGIN`).
+const READ_BLOCK: Duration = Duration::from_secs(5);
+
+/// Changes to the set of streams are gathered this long before the read is re-planned.
+const REPLAN_PAUSE: Duration = Duration::from_millis(5);
+
+/// Most entries of one stream a read returns: only the last one's id is used.
+const READ_COUNT: u32 = 16;
+
+/// First pause after the read's connection failed; doubled on each failure, up to the most.
+const RECONNECT_FIRST: Duration = Duration::from_millis(100);
+const RECONNECT_MOST: Duration = Duration::from_secs(2);
+
+/// How often the poll looks whether an idle consumer's stream and group still exist, whatever
+/// `pollIntervalMs` (also the longest between two polls): one deleted under an idle consumer
+/// is found so (a blocked XREADGROUP was told at once; the shared XREAD is not), and its
+/// consumer's get() fails as it did then.
+const VANISHED_WITHIN: Duration = Duration::from_secs(1);
+
+/// The longest an idle consumer waits without a wake-up before it claims again, in case a
+/// wake-up was missed (a stream deleted and re-made with lower ids, say); the shared read and
+/// poll make it otherwise unneeded.
+pub(super) const IDLE_CAP: Duration = Duration::from_secs(60);
+
+/// What an idle consumer waits for.
+pub(super) struct Watched {
+    pub(super) stream: String,
+    pub(super) signal: Arc<WakeSignal>,
+    pub(super) delay_key: String,
+    pub(super) group: String,
+    pub(super) claim_idle: Duration,
+    /// When the consumer's next reclaim pass is due (the poll looks for stalled entries from
+    /// then on, each `reclaim_period`).
+    pub(super) reclaim_at: Instant,
+    pub(super) reclaim_period: Duration,
+    pub(super) poll: Duration,
+}
+
+/// The streams the read covers: where it reads after, and how many idle consumers wait.
+struct Covered {
+    after: StreamId,
+    signal: Arc<WakeSignal>,
+    users: usize,
+}
+
+#[derive(Default)]
+struct State {
+    next_key: u64,
+    watched: HashMap<u64, Watched>,
+    streams: HashMap<String, Covered>,
+    /// Moves on every registration and leave.
+    changes: u64,
+    started: bool,
+}
+
+/// The shared read and poll of one deployment; `RedisShared` owns it and closes it.
+#[derive(Default)]
+pub(super) struct IdleRead {
+    state: Mutex<State>,
+    /// Moves whenever the set of streams or an id changes (the read re-plans) or the first
+    /// consumer registers (the poll starts).
+    plan: WakeSignal,
+    closing: CancellationToken,
+}
+
+/// An idle consumer's place in the shared read; dropping it leaves (a wait that ends, is
+/// cancelled or whose future is dropped).
+pub(super) struct Registration {
+    read: Arc<IdleRead>,
+    key: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.read.leave(self.key);
+    }
+}
+
+/// What the read's tasks connect with, handed over when the first consumer registers.
+pub(super) struct Connect {
+    pub(super) target: Target,
+    pub(super) commands: Conn,
+    pub(super) timeout: Duration,
+}
+
+impl IdleRead {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers an idle consumer whose claim saw `top` as the stream's last id.
+    pub(super) fn register(
+        self: &Arc<Self>,
+        watched: Watched,
+        top: StreamId,
+        connect: impl FnOnce() -> Connect,
+    ) -> Registration {
+        let mut state = self.state();
+        let key = state.next_key;
+        state.next_key += 1;
+        let mut replan = state.watched.is_empty();
+        match state.streams.get_mut(&watched.stream) {
+            Some(covered) => {
+                covered.users += 1;
+                if top < covered.after {
+                    covered.after = top;
+                    replan = true;
+                }
+            }
+            None => {
+                state.streams.insert(
+                    watched.stream.clone(),
+                    Covered {
+                        after: top,
+                        signal: watched.signal.clone(),
+                        users: 1,
+                    },
+                );
+                replan = true;
+            }
+        }
+        state.watched.insert(key, watched);
+        state.changes += 1;
+        if !state.started && !self.closing.is_cancelled() {
+            state.started = true;
+            let Connect {
+                target,
+                commands,
+                timeout,
+            } = connect();
+            tokio::spawn(self.clone().read_loop(target, commands.clone(), timeout));
+            tokio::spawn(self.clone().poll_loop(commands));
+        }
+        drop(state);
+        if replan {
+            self.plan.wake();
+        }
+        Registration {
+            read: self.clone(),
+            key,
+        }
+    }
+
+    fn leave(&self, key: u64) {
+        let mut state = self.state();
+        let Some(watched) = state.watched.remove(&key) else {
+            return;
+        };
+        state.changes += 1;
+        let gone = match state.streams.get_mut(&watched.stream) {
+            Some(covered) => {
+                covered.users -= 1;
+                covered.users == 0
+            }
+            None => false,
+        };
+        if gone {
+            state.streams.remove(&watched.stream);
+            drop(state);
+            self.plan.wake();
+        }
+    }
+
+    /// Ends the read and the poll (the deployment's last queue closed).
+    pub(super) fn close(&self) {
+        self.closing.cancel();
+        self.plan.wake();
+    }
+
+    /// Every registered consumer claims again (the read failed: it may have missed entries).
+    fn wake_all(&self) {
+        for covered in self.state().streams.values() {
+            covered.signal.wake();
+        }
+    }
+
+    fn planned(&self) -> BTreeMap<String, StreamId> {
+        self.state()
+            .streams
+            .iter()
+            .map(|(stream, covered)| (stream.clone(), covered.after))
+            .collect()
+    }
+
+    /// The read in flight must be ended: a stream came or left, or an id went down. A
+    /// consumer that leaves and registers again within `REPLAN_PAUSE` (the usual claim after
+    /// a wake-up that found nothing more) costs no re-plan.
+    fn outdated(&self, reading: &BTreeMap<String, StreamId>) -> bool {
+        let state = self.state();
+        state.streams.len() != reading.len()
+            || state.streams.iter().any(|(stream, covered)| {
+                reading
+                    .get(stream)
+                    .is_none_or(|after| covered.after < *after)
+            })
+    }
+
+    /// Wakes the streams a read returned entries of and raises their ids past them.
+    fn woken_by(&self, reply: &Value) {
+        let mut state = self.state();
+        for (stream, top) in read_reply_tops(reply) {
+            if let Some(covered) = state.streams.get_mut(&stream) {
+                covered.after = covered.after.max(top);
+                covered.signal.wake();
+            }
+        }
+    }
+
+    async fn read_loop(self: Arc<Self>, target: Target, commands: Conn, timeout: Duration) {
+        let mut open: Option<(Conn, Option<i64>)> = None;
+        let mut pause = RECONNECT_FIRST;
+        loop {
+            let seen = self.plan.seq();
+            if self.closing.is_cancelled() {
+                return;
+            }
+            if self.state().streams.is_empty() {
+                self.plan.changed(seen).await;
+                continue;
+            }
+            let (mut conn, client_id) = match open.take() {
+                Some(open) => open,
+                None => {
+                    let opened = tokio::select! {
+                        opened = open_reader(&target, timeout) => opened,
+                        _ = self.closing.cancelled() => return,
+                    };
+                    match opened {
+                        Ok(opened) => opened,
+                        Err(_) => {
+                            self.failed(&mut pause).await;
+                            continue;
+                        }
+                    }
+                }
+            };
+            // As of now, not of before the connection opened (it may have taken a while).
+            let seen = self.plan.seq();
+            let reading = self.planned();
+            if reading.is_empty() {
+                open = Some((conn, client_id));
+                continue;
+            }
+            let mut read = redis::cmd("XREAD");
+            read.arg("COUNT")
+                .arg(READ_COUNT)
+                .arg("BLOCK")
+                .arg(READ_BLOCK.as_millis() as u64)
+                .arg("STREAMS");
+            for stream in reading.keys() {
+                read.arg(stream);
+            }
+            for after in reading.values() {
+                read.arg(after.to_string());
+            }
+            let deadline = tokio::time::Instant::now() + READ_BLOCK + READ_MARGIN;
+            let reply = {
+                let pending = read.query_async::<Value>(&mut conn);
+                tokio::pin!(pending);
+                let mut seen = seen;
+                loop {
+                    tokio::select! {
+                        // First: the read goes out before any re-plan would end it.
+                        biased;
+                        reply = &mut pending => break Some(reply),
+                        _ = self.plan.changed(seen) => {
+                            tokio::time::sleep(REPLAN_PAUSE).await;
+                            seen = self.plan.seq();
+                            if self.closing.is_cancelled() {
+                                return;
+                            }
+                            if self.outdated(&reading) {
+                                break Some(unblock_read(Some(commands.clone()), client_id, &mut pending).await);
+                            }
+                        }
+                        // A silent peer: the connection is dropped below.
+                        _ = tokio::time::sleep_until(deadline) => break None,
+                    }
+                }
+            };
+            match reply {
+                Some(Ok(reply)) => {
+                    pause = RECONNECT_FIRST;
+                    open = Some((conn, client_id));
+                    self.woken_by(&reply);
+                }
+                // A stream key went away under the read: read again over what is left.
+                Some(Err(e)) if e.to_string().contains("UNBLOCKED") => {
+                    open = Some((conn, client_id));
+                }
+                _ => self.failed(&mut pause).await,
+            }
+        }
+    }
+
+    /// The read's connection failed or could not be made: every idle consumer claims (and
+    /// meets the failure, which it rides out), and the read tries again after a pause.
+    async fn failed(&self, pause: &mut Duration) {
+        self.wake_all();
+        tokio::select! {
+            _ = tokio::time::sleep(*pause) => {}
+            _ = self.closing.cancelled() => {}
+        }
+        *pause = (*pause * 2).min(RECONNECT_MOST);
+    }
+
+    /// Every `pollIntervalMs` (the shortest of the idle consumers', `VANISHED_WITHIN` at
+    /// most), one script looks for due delayed members, stalled entries and vanished groups of
+    /// every idle consumer, and wakes those that have any. A failed poll is not retried early: the next one looks again.
+    async fn poll_loop(self: Arc<Self>, mut commands: Conn) {
+        let mut vanish_next = Instant::now() + VANISHED_WITHIN;
+        // The EXISTS over the idle consumers' delayed zsets, as of `State::changes`.
+        let mut exists: Option<(u64, redis::Cmd)> = None;
+        loop {
+            let seen = self.plan.seq();
+            if self.closing.is_cancelled() {
+                return;
+            }
+            let poll = self
+                .state()
+                .watched
+                .values()
+                .map(|w| w.poll.min(VANISHED_WITHIN))
+                .min()
+                .map(|poll| poll.max(Duration::from_millis(1)));
+            let Some(poll) = poll else {
+                self.plan.changed(seen).await;
+                continue;
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(poll) => {}
+                _ = self.closing.cancelled() => return,
+            }
+            let now = Instant::now();
+            let vanish_check = now >= vanish_next;
+            if vanish_check {
+                vanish_next = now + VANISHED_WITHIN;
+            }
+            {
+                let state = self.state();
+                if exists
+                    .as_ref()
+                    .is_none_or(|(made, _)| *made != state.changes)
+                {
+                    let zsets: BTreeSet<&String> =
+                        state.watched.values().map(|w| &w.delay_key).collect();
+                    let mut cmd = redis::cmd("EXISTS");
+                    cmd.arg(zsets.into_iter().collect::<Vec<_>>());
+                    exists = Some((state.changes, cmd));
+                }
+            }
+            let Some((_, cmd)) = exists.as_ref() else {
+                continue;
+            };
+            // Empty zsets do not exist: while none of the delayed zsets does, the consumers
+            // to look at are those with a check due (none, most of the time: one EXISTS is
+            // then the whole poll).
+            let delayed: redis::RedisResult<i64> = cmd.query_async(&mut commands).await;
+            let any_delayed = !matches!(delayed, Ok(0));
+            let (keys, checks) = {
+                let state = self.state();
+                let mut keys = Vec::new();
+                let mut script = IDLE_DUE.prepare_invoke();
+                for (key, watched) in &state.watched {
+                    let reclaim = watched.reclaim_at <= now;
+                    if !(any_delayed || vanish_check || reclaim) {
+                        continue;
+                    }
+                    keys.push(*key);
+                    script
+                        .key(&watched.delay_key)
+                        .key(&watched.stream)
+                        .arg(&watched.group);
+                    if reclaim {
+                        script.arg(watched.claim_idle.as_millis() as u64);
+                    } else if vanish_check {
+                        script.arg("-");
+                    } else {
+                        script.arg("");
+                    }
+                }
+                (keys, script)
+            };
+            if keys.is_empty() {
+                continue;
+            }
+            let Ok(due) = checks.invoke_async::<Vec<usize>>(&mut commands).await else {
+                continue;
+            };
+            let mut state = self.state();
+            for (i, key) in keys.iter().enumerate() {
+                let Some(watched) = state.watched.get_mut(key) else {
+                    continue;
+                };
+                if due.contains(&(i + 1)) {
+                    watched.signal.wake();
+                    continue;
+                }
+                if watched.reclaim_at <= now {
+                    watched.reclaim_at = now + watched.reclaim_period;
+                }
+            }
+        }
+    }
+}
+
+/// The read's own connection and its `CLIENT ID` (for `CLIENT UNBLOCK`; without it, a read to
+/// be ended is waited for up to `READ_MARGIN`, then its connection is dropped).
+async fn open_reader(
+    target: &Target,
+    timeout: Duration,
+) -> std::result::Result<(Conn, Option<i64>), ()> {
+    let mut conn = tokio::time::timeout(timeout, target.blocking_connection(timeout))
+        .await
+        .map_err(|_| ())?
+        .map_err(|_| ())?;
+    let id = tokio::time::timeout(
+        timeout,
+        redis::cmd("CLIENT").arg("ID").query_async::<i64>(&mut conn),
+    )
+    .await
+    .map_err(|_| ())?
+    .ok();
+    Ok((conn, id))
+}
