@@ -33,7 +33,7 @@ function resolveRedisOptions(options) {
   }
   if (options.maxConnections !== undefined) {
     throw invalidArgument(
-      'maxConnections applies to SqlTransport only: a Redis transport holds one command connection per process and DSN, one blocking read per idle consumer and, on a single node, one send connection (docs/operations.md, "Connections").',
+      'maxConnections applies to SqlTransport only: a Redis transport holds one command connection per process and DSN, its idle consumers\' reads (shared past four on a single node) and one send connection per transport (docs/operations.md, "Connections").',
     );
   }
   const stream = nonEmptyString(options.stream, 'stream');

@@ -22,6 +22,7 @@ mod direct;
 mod engine;
 pub(crate) mod errors;
 mod idle_read;
+mod idle_waits;
 mod reads;
 mod replies;
 mod resp;

@@ -1,30 +1,23 @@
 //! Reads from a stream for one consumer: a claim (our own pending entries after an abandoned
 //! block, a periodic XAUTOCLAIM pass, promotion of due delayed members, then new entries), the
-//! renewal and release of claimed entries (XCLAIM), and the idle wait: on a single node a wait
-//! on the wake signal that the deployment's shared read moves (`idle_read`), on a cluster a
-//! blocking read on the consumer's own connection.
+//! renewal and release of claimed entries (XCLAIM); the idle wait is in `idle_waits`.
 //! Invariant: an entry a read takes into our pending list reaches the queue's buffer (a
 //! blocking read hands it over in its wait's outcome, never keeps it), or stays pending
 //! where our next claim (after an abandoned block) or any consumer's XAUTOCLAIM finds it;
 //! foreign entries (no `body`/`headers`) are removed, so they never loop.
 
-use super::blocked::{unblock_read, READ_MARGIN};
 use super::connection::Conn;
 use super::delivered::Delivered;
-use super::idle_read::{Connect, Watched, IDLE_CAP};
 use super::replies::{
     as_i64, as_string, last_id, parse_autoclaim_reply, parse_read_reply, read_reply_page, Entry,
 };
 use super::stream_queue::RedisQueue;
 use crate::queue::engine::StoredMessage;
-use crate::queue::engine::WaitOutcome;
-use crate::queue::wake::WaitEnd;
 use crate::support::error::Result;
 use redis::{Script, Value};
 use std::collections::HashSet;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
 
 /// Most delayed members one promotion moves to the stream.
 const PROMOTE_LIMIT: u32 = 100;
@@ -40,7 +33,7 @@ const RECOVER_PAGE: u32 = 128;
 impl RedisQueue {
     /// Turns stream entries into messages; entries without `body`/`headers` (foreign) are
     /// acknowledged and deleted, so they never loop.
-    async fn accept_entries(&self, entries: Vec<Entry>) -> Result<Vec<StoredMessage>> {
+    pub(super) async fn accept_entries(&self, entries: Vec<Entry>) -> Result<Vec<StoredMessage>> {
         let mut messages = Vec::with_capacity(entries.len());
         let mut foreign = Vec::new();
         for entry in entries {
@@ -66,7 +59,7 @@ impl RedisQueue {
 
     /// `XREADGROUP` of up to `limit` entries after `from` (`>`: new ones; `0`: our own
     /// pending ones), blocking for `block` if given.
-    fn read_group(&self, limit: u32, block: Option<Duration>, from: &str) -> redis::Cmd {
+    pub(super) fn read_group(&self, limit: u32, block: Option<Duration>, from: &str) -> redis::Cmd {
         let mut read = redis::cmd("XREADGROUP");
         read.arg("GROUP")
             .arg(&self.config.group)
@@ -95,7 +88,7 @@ impl RedisQueue {
     /// pending list from its start (also when a re-read was under way: it may have missed them).
     /// No idle wait follows before that claim: the wait would register the lost read's last
     /// id, and nothing newer might come for long.
-    fn lost_a_read(&self) {
+    pub(super) fn lost_a_read(&self) {
         *self.recover_from.lock().unwrap_or_else(|p| p.into_inner()) = Some("0".to_owned());
         *self.top.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
@@ -341,202 +334,5 @@ impl RedisQueue {
         *self.next_due.lock().unwrap_or_else(|p| p.into_inner()) = wait
             .filter(|ms| *ms >= 0)
             .map(|ms| Duration::from_millis(ms as u64));
-    }
-
-    /// Blocks on our own connection until an entry arrives, a delayed member is due, the
-    /// next reclaim pass is due or the poll interval passes (so members delayed by other
-    /// processes are promoted in time), or `cancel` fires.
-    pub(super) async fn block_once(
-        &self,
-        cancel: &CancellationToken,
-        limit: u32,
-    ) -> Result<WaitOutcome> {
-        let delayed_seen = self.delayed_added.seq();
-        let until_reclaim = {
-            let reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
-            reclaim.next_at.saturating_duration_since(Instant::now())
-        };
-        let next_due = *self.next_due.lock().unwrap_or_else(|p| p.into_inner());
-        let mut block = self.config.poll_interval.min(until_reclaim);
-        if let Some(due) = next_due {
-            block = block.min(due);
-        }
-        let mut guard = self.blocking.lock().await;
-        let (mut conn, client_id) = match guard.take() {
-            Some(open) => open,
-            None => tokio::select! {
-                opened = self.open_blocking() => opened?,
-                _ = cancel.cancelled() => return Ok(WaitOutcome::Cancelled),
-            },
-        };
-        // Ended before the read goes out: an UNBLOCK could overtake the read (it goes over
-        // another connection), find nothing blocked, and leave the read to block its full time.
-        if cancel.is_cancelled() {
-            *guard = Some((conn, client_id));
-            return Ok(WaitOutcome::Cancelled);
-        }
-        // Redis times blocked reads out on its own coarse tick (100 ms at the default hz), so
-        // where the block can be ended on demand, our timer ends it on time and the server's
-        // timeout is only a backstop.
-        let server_block = if client_id.is_some() {
-            block + Duration::from_secs(1)
-        } else {
-            block
-        };
-        let read = self.read_group(limit, Some(server_block), ">");
-        let (reply, cancelled) = {
-            let reading = read.query_async::<Value>(&mut conn);
-            tokio::pin!(reading);
-            tokio::select! {
-                reply = &mut reading => (Some(reply), false),
-                _ = tokio::time::sleep(block), if client_id.is_some() => (Some(self.unblock(client_id, &mut reading).await), false),
-                // This instance just added a delayed message that may be due before the block
-                // ends: end it now so the wait is planned again around that member.
-                _ = self.delayed_added.changed(delayed_seen), if client_id.is_some() => (Some(self.unblock(client_id, &mut reading).await), false),
-                // No way to end a cluster block early: past its BLOCK time and a margin, the
-                // connection is taken for dead (a silent peer) and dropped below.
-                _ = tokio::time::sleep(server_block + READ_MARGIN), if client_id.is_none() => (None, false),
-                _ = cancel.cancelled() => match client_id {
-                    Some(_) => (Some(self.unblock(client_id, &mut reading).await), true),
-                    // No way to end the block early: the connection is dropped below.
-                    None => (None, true),
-                },
-            }
-        };
-        let outcome = match reply {
-            None => {
-                // Entries the abandoned block may have claimed are re-read from our own
-                // pending list by the next claim.
-                self.lost_a_read();
-                return Ok(if cancelled {
-                    WaitOutcome::Cancelled
-                } else {
-                    WaitOutcome::TimedOut
-                });
-            }
-            Some(Ok(reply)) => {
-                *guard = Some((conn, client_id));
-                drop(guard);
-                let entries = parse_read_reply(reply);
-                if entries.is_empty() {
-                    Ok(WaitOutcome::TimedOut)
-                } else {
-                    match self.accept_entries(entries).await {
-                        // Only foreign entries, now removed: the next claim looks again.
-                        Ok(messages) if messages.is_empty() => Ok(WaitOutcome::Woken),
-                        Ok(messages) => Ok(WaitOutcome::Claimed(messages)),
-                        // The discard of foreign entries failed: the read's own entries sit
-                        // in our pending list, handed to nobody; the next claim re-reads it.
-                        Err(err) => {
-                            self.lost_a_read();
-                            Err(err)
-                        }
-                    }
-                }
-            }
-            // The stream key went away under the block (deleted, or its slot migrated): not an
-            // error of the consumer's; the next claim finds out where things stand.
-            Some(Err(e)) if e.to_string().contains("UNBLOCKED") => {
-                *guard = Some((conn, client_id));
-                Ok(WaitOutcome::TimedOut)
-            }
-            Some(Err(e)) => {
-                self.lost_a_read();
-                Err(self.err("read", &e))
-            }
-        };
-        if cancelled {
-            // What the block claimed goes to the queue all the same (it releases it).
-            return outcome.map(|o| match o {
-                WaitOutcome::Claimed(messages) => WaitOutcome::Claimed(messages),
-                _ => WaitOutcome::Cancelled,
-            });
-        }
-        outcome
-    }
-
-    async fn open_blocking(&self) -> Result<(Conn, Option<i64>)> {
-        let timeout = self.shared.connect_timeout;
-        let mut conn =
-            tokio::time::timeout(timeout, self.shared.target.blocking_connection(timeout))
-                .await
-                .map_err(|_| self.shared.no_answer("read"))?
-                .map_err(|e| self.err("read", &e))?;
-        let client_id = match conn {
-            Conn::Cluster(_) => None,
-            _ => redis::cmd("CLIENT")
-                .arg("ID")
-                .query_async::<i64>(&mut conn)
-                .await
-                .ok(),
-        };
-        Ok((conn, client_id))
-    }
-
-    /// Ends our blocked read now (`CLIENT UNBLOCK … TIMEOUT` from the command connection) and
-    /// takes its reply: nil, or entries that arrived just before.
-    async fn unblock<F>(
-        &self,
-        client_id: Option<i64>,
-        reading: &mut std::pin::Pin<&mut F>,
-    ) -> redis::RedisResult<Value>
-    where
-        F: std::future::Future<Output = redis::RedisResult<Value>>,
-    {
-        let commands = match client_id {
-            Some(_) => self.shared.conn("read").await.ok(),
-            None => None,
-        };
-        unblock_read(commands, client_id, reading).await
-    }
-}
-
-impl RedisQueue {
-    /// An idle wait on a single node: registered with the shared read, it waits for this
-    /// queue's wake signal (moved past `seen`, read before the claim that found nothing), the
-    /// next delayed member this consumer knows of, a delayed add of this process (re-plans
-    /// the wait), `IDLE_CAP`, or `cancel`. It runs no command and claims nothing.
-    pub(super) async fn wait_shared(
-        &self,
-        seen: u64,
-        cancel: &CancellationToken,
-    ) -> Result<WaitOutcome> {
-        // No last id from the claim before (it failed, or none ran): claim again.
-        let Some(top) = self.top.lock().unwrap_or_else(|p| p.into_inner()).take() else {
-            return Ok(WaitOutcome::Woken);
-        };
-        let delayed_seen = self.delayed_added.seq();
-        let next_due = *self.next_due.lock().unwrap_or_else(|p| p.into_inner());
-        let wait = next_due.map_or(IDLE_CAP, |due| due.min(IDLE_CAP));
-        let commands = self.conn("read").await?;
-        let reclaim_at = self
-            .reclaim
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .next_at;
-        let watched = Watched {
-            stream: self.config.stream.clone(),
-            signal: self.wake.clone(),
-            delay_key: self.config.delay_key.clone(),
-            group: self.config.group.clone(),
-            claim_idle: self.config.claim_idle,
-            reclaim_at,
-            reclaim_period: self.reclaim_period(),
-            poll: self.config.poll_interval,
-        };
-        let _registered = self.shared.idle.register(watched, top, || Connect {
-            target: self.shared.target.clone(),
-            commands,
-            timeout: self.shared.connect_timeout,
-        });
-        let end = tokio::select! {
-            end = self.wake.wait(seen, wait, cancel) => end,
-            _ = self.delayed_added.changed(delayed_seen) => WaitEnd::Woken,
-        };
-        Ok(match end {
-            WaitEnd::Woken => WaitOutcome::Woken,
-            WaitEnd::TimedOut => WaitOutcome::TimedOut,
-            WaitEnd::Cancelled => WaitOutcome::Cancelled,
-        })
     }
 }

@@ -1,0 +1,214 @@
+//! A consumer's idle wait. A few idle consumers of a deployment (and every consumer on a
+//! cluster) block on a read of their own, ended early with CLIENT UNBLOCK where the server
+//! allows it: the fastest wake-up, since the read returns the entry itself. Past a few, they
+//! wait on the wake signal that the deployment's shared read moves (`idle_read`).
+//! Invariant: an entry a blocking read takes into our pending list reaches the queue's buffer
+//! in the wait's outcome, never kept here.
+
+use super::blocked::{unblock_read, READ_MARGIN};
+use super::connection::Conn;
+use super::idle_read::{Connect, Watched, IDLE_CAP};
+use super::replies::parse_read_reply;
+use super::stream_queue::RedisQueue;
+use crate::queue::engine::WaitOutcome;
+use crate::queue::wake::WaitEnd;
+use crate::support::error::Result;
+use redis::Value;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+impl RedisQueue {
+    /// Blocks on our own connection until an entry arrives, a delayed member is due, the
+    /// next reclaim pass is due or the poll interval passes (so members delayed by other
+    /// processes are promoted in time), or `cancel` fires.
+    pub(super) async fn block_once(
+        &self,
+        cancel: &CancellationToken,
+        limit: u32,
+    ) -> Result<WaitOutcome> {
+        let delayed_seen = self.delayed_added.seq();
+        let until_reclaim = {
+            let reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+            reclaim.next_at.saturating_duration_since(Instant::now())
+        };
+        let next_due = *self.next_due.lock().unwrap_or_else(|p| p.into_inner());
+        let mut block = self.config.poll_interval.min(until_reclaim);
+        if let Some(due) = next_due {
+            block = block.min(due);
+        }
+        let mut guard = self.blocking.lock().await;
+        let (mut conn, client_id) = match guard.take() {
+            Some(open) => open,
+            None => tokio::select! {
+                opened = self.open_blocking() => opened?,
+                _ = cancel.cancelled() => return Ok(WaitOutcome::Cancelled),
+            },
+        };
+        // Ended before the read goes out: an UNBLOCK could overtake the read (it goes over
+        // another connection), find nothing blocked, and leave the read to block its full time.
+        if cancel.is_cancelled() {
+            *guard = Some((conn, client_id));
+            return Ok(WaitOutcome::Cancelled);
+        }
+        // Redis times blocked reads out on its own coarse tick (100 ms at the default hz), so
+        // where the block can be ended on demand, our timer ends it on time and the server's
+        // timeout is only a backstop.
+        let server_block = if client_id.is_some() {
+            block + Duration::from_secs(1)
+        } else {
+            block
+        };
+        let read = self.read_group(limit, Some(server_block), ">");
+        let (reply, cancelled) = {
+            let reading = read.query_async::<Value>(&mut conn);
+            tokio::pin!(reading);
+            tokio::select! {
+                reply = &mut reading => (Some(reply), false),
+                _ = tokio::time::sleep(block), if client_id.is_some() => (Some(self.unblock(client_id, &mut reading).await), false),
+                // This instance just added a delayed message that may be due before the block
+                // ends: end it now so the wait is planned again around that member.
+                _ = self.delayed_added.changed(delayed_seen), if client_id.is_some() => (Some(self.unblock(client_id, &mut reading).await), false),
+                // No way to end a cluster block early: past its BLOCK time and a margin, the
+                // connection is taken for dead (a silent peer) and dropped below.
+                _ = tokio::time::sleep(server_block + READ_MARGIN), if client_id.is_none() => (None, false),
+                _ = cancel.cancelled() => match client_id {
+                    Some(_) => (Some(self.unblock(client_id, &mut reading).await), true),
+                    // No way to end the block early: the connection is dropped below.
+                    None => (None, true),
+                },
+            }
+        };
+        let outcome = match reply {
+            None => {
+                // Entries the abandoned block may have claimed are re-read from our own
+                // pending list by the next claim.
+                self.lost_a_read();
+                return Ok(if cancelled {
+                    WaitOutcome::Cancelled
+                } else {
+                    WaitOutcome::TimedOut
+                });
+            }
+            Some(Ok(reply)) => {
+                *guard = Some((conn, client_id));
+                drop(guard);
+                let entries = parse_read_reply(reply);
+                if entries.is_empty() {
+                    Ok(WaitOutcome::TimedOut)
+                } else {
+                    match self.accept_entries(entries).await {
+                        // Only foreign entries, now removed: the next claim looks again.
+                        Ok(messages) if messages.is_empty() => Ok(WaitOutcome::Woken),
+                        Ok(messages) => Ok(WaitOutcome::Claimed(messages)),
+                        // The discard of foreign entries failed: the read's own entries sit
+                        // in our pending list, handed to nobody; the next claim re-reads it.
+                        Err(err) => {
+                            self.lost_a_read();
+                            Err(err)
+                        }
+                    }
+                }
+            }
+            // The stream key went away under the block (deleted, or its slot migrated): not an
+            // error of the consumer's; the next claim finds out where things stand.
+            Some(Err(e)) if e.to_string().contains("UNBLOCKED") => {
+                *guard = Some((conn, client_id));
+                Ok(WaitOutcome::TimedOut)
+            }
+            Some(Err(e)) => {
+                self.lost_a_read();
+                Err(self.err("read", &e))
+            }
+        };
+        if cancelled {
+            // What the block claimed goes to the queue all the same (it releases it).
+            return outcome.map(|o| match o {
+                WaitOutcome::Claimed(messages) => WaitOutcome::Claimed(messages),
+                _ => WaitOutcome::Cancelled,
+            });
+        }
+        outcome
+    }
+
+    async fn open_blocking(&self) -> Result<(Conn, Option<i64>)> {
+        let timeout = self.shared.connect_timeout;
+        let mut conn =
+            tokio::time::timeout(timeout, self.shared.target.blocking_connection(timeout))
+                .await
+                .map_err(|_| self.shared.no_answer("read"))?
+                .map_err(|e| self.err("read", &e))?;
+        let client_id = match conn {
+            Conn::Cluster(_) => None,
+            _ => redis::cmd("CLIENT")
+                .arg("ID")
+                .query_async::<i64>(&mut conn)
+                .await
+                .ok(),
+        };
+        Ok((conn, client_id))
+    }
+
+    /// Ends our blocked read now (`CLIENT UNBLOCK … TIMEOUT` from the command connection) and
+    /// takes its reply: nil, or entries that arrived just before.
+    async fn unblock<F>(
+        &self,
+        client_id: Option<i64>,
+        reading: &mut std::pin::Pin<&mut F>,
+    ) -> redis::RedisResult<Value>
+    where
+        F: std::future::Future<Output = redis::RedisResult<Value>>,
+    {
+        let commands = match client_id {
+            Some(_) => self.shared.conn("read").await.ok(),
+            None => None,
+        };
+        unblock_read(commands, client_id, reading).await
+    }
+    /// An idle wait on a single node: registered with the shared read, it waits for this
+    /// queue's wake signal (moved past `seen`, read before the claim that found nothing), the
+    /// next delayed member this consumer knows of, a delayed add of this process (re-plans
+    /// the wait), `IDLE_CAP`, or `cancel`. It runs no command and claims nothing.
+    pub(super) async fn wait_shared(
+        &self,
+        seen: u64,
+        cancel: &CancellationToken,
+    ) -> Result<WaitOutcome> {
+        // No last id from the claim before (it failed, or none ran): claim again.
+        let Some(top) = self.top.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return Ok(WaitOutcome::Woken);
+        };
+        let delayed_seen = self.delayed_added.seq();
+        let next_due = *self.next_due.lock().unwrap_or_else(|p| p.into_inner());
+        let wait = next_due.map_or(IDLE_CAP, |due| due.min(IDLE_CAP));
+        let commands = self.conn("read").await?;
+        let reclaim_at = self
+            .reclaim
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .next_at;
+        let watched = Watched {
+            stream: self.config.stream.clone(),
+            signal: self.wake.clone(),
+            delay_key: self.config.delay_key.clone(),
+            group: self.config.group.clone(),
+            claim_idle: self.config.claim_idle,
+            reclaim_at,
+            reclaim_period: self.reclaim_period(),
+            poll: self.config.poll_interval,
+        };
+        let _registered = self.shared.idle.register(watched, top, || Connect {
+            target: self.shared.target.clone(),
+            commands,
+            timeout: self.shared.connect_timeout,
+        });
+        let end = tokio::select! {
+            end = self.wake.wait(seen, wait, cancel) => end,
+            _ = self.delayed_added.changed(delayed_seen) => WaitEnd::Woken,
+        };
+        Ok(match end {
+            WaitEnd::Woken => WaitOutcome::Woken,
+            WaitEnd::TimedOut => WaitOutcome::TimedOut,
+            WaitEnd::Cancelled => WaitOutcome::Cancelled,
+        })
+    }
+}
