@@ -2,7 +2,7 @@
 //! shared XREAD of a single node's idle consumers): how long it may run past its BLOCK time,
 //! and how it is ended early with `CLIENT UNBLOCK` from another connection.
 
-use super::connection::Conn;
+use super::connection::{Conn, Target};
 use redis::Value;
 use std::time::Duration;
 
@@ -13,6 +13,31 @@ pub(super) const READ_MARGIN: Duration = Duration::from_secs(2);
 /// How long an UNBLOCK that found nothing blocked waits for the read's reply before asking
 /// again (doubling each time, within `READ_MARGIN`).
 const UNBLOCK_PAUSE: Duration = Duration::from_millis(2);
+
+/// A connection of its own for a blocked read, and its `CLIENT ID` for `CLIENT UNBLOCK`
+/// (`None` on a cluster, or where the server refuses the command: a read to be ended is then
+/// waited for up to `READ_MARGIN`, or its connection dropped). Each step is bounded by
+/// `timeout`; `Err(None)` when one went unanswered, else the driver's error.
+pub(super) async fn open_blocked_read(
+    target: &Target,
+    timeout: Duration,
+) -> Result<(Conn, Option<i64>), Option<redis::RedisError>> {
+    let mut conn = tokio::time::timeout(timeout, target.blocking_connection(timeout))
+        .await
+        .map_err(|_| None)?
+        .map_err(Some)?;
+    let client_id = match conn {
+        Conn::Cluster(_) => None,
+        _ => tokio::time::timeout(
+            timeout,
+            redis::cmd("CLIENT").arg("ID").query_async::<i64>(&mut conn),
+        )
+        .await
+        .map_err(|_| None)?
+        .ok(),
+    };
+    Ok((conn, client_id))
+}
 
 /// Ends the blocked read of connection `client_id` now (`CLIENT UNBLOCK … TIMEOUT` over
 /// `commands`, another connection) and takes its reply: nil, or entries that arrived just

@@ -11,7 +11,7 @@
 //! deployments keep a blocking read per consumer (`reads`): a read over many streams cannot
 //! span their nodes.
 
-use super::blocked::{unblock_read, READ_MARGIN};
+use super::blocked::{open_blocked_read, unblock_read, READ_MARGIN};
 use super::connection::{Conn, Target};
 use super::replies::{read_reply_tops, StreamId};
 use crate::queue::wake::WakeSignal;
@@ -249,7 +249,7 @@ impl IdleRead {
                 Some(open) => open,
                 None => {
                     let opened = tokio::select! {
-                        opened = open_reader(&target, timeout) => opened,
+                        opened = open_blocked_read(&target, timeout) => opened,
                         _ = self.closing.cancelled() => return,
                     };
                     match opened {
@@ -429,24 +429,4 @@ impl IdleRead {
             }
         }
     }
-}
-
-/// The read's own connection and its `CLIENT ID` (for `CLIENT UNBLOCK`; without it, a read to
-/// be ended is waited for up to `READ_MARGIN`, then its connection is dropped).
-async fn open_reader(
-    target: &Target,
-    timeout: Duration,
-) -> std::result::Result<(Conn, Option<i64>), ()> {
-    let mut conn = tokio::time::timeout(timeout, target.blocking_connection(timeout))
-        .await
-        .map_err(|_| ())?
-        .map_err(|_| ())?;
-    let id = tokio::time::timeout(
-        timeout,
-        redis::cmd("CLIENT").arg("ID").query_async::<i64>(&mut conn),
-    )
-    .await
-    .map_err(|_| ())?
-    .ok();
-    Ok((conn, id))
 }

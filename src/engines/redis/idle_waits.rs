@@ -5,7 +5,7 @@
 //! Invariant: an entry a blocking read takes into our pending list reaches the queue's buffer
 //! in the wait's outcome, never kept here.
 
-use super::blocked::{unblock_read, READ_MARGIN};
+use super::blocked::{open_blocked_read, unblock_read, READ_MARGIN};
 use super::connection::Conn;
 use super::idle_read::{Connect, Watched, IDLE_CAP};
 use super::replies::parse_read_reply;
@@ -131,21 +131,12 @@ impl RedisQueue {
     }
 
     async fn open_blocking(&self) -> Result<(Conn, Option<i64>)> {
-        let timeout = self.shared.connect_timeout;
-        let mut conn =
-            tokio::time::timeout(timeout, self.shared.target.blocking_connection(timeout))
-                .await
-                .map_err(|_| self.shared.no_answer("read"))?
-                .map_err(|e| self.err("read", &e))?;
-        let client_id = match conn {
-            Conn::Cluster(_) => None,
-            _ => redis::cmd("CLIENT")
-                .arg("ID")
-                .query_async::<i64>(&mut conn)
-                .await
-                .ok(),
-        };
-        Ok((conn, client_id))
+        open_blocked_read(&self.shared.target, self.shared.connect_timeout)
+            .await
+            .map_err(|failure| match failure {
+                Some(e) => self.err("read", &e),
+                None => self.shared.no_answer("read"),
+            })
     }
 
     /// Ends our blocked read now (`CLIENT UNBLOCK … TIMEOUT` from the command connection) and
@@ -164,6 +155,7 @@ impl RedisQueue {
         };
         unblock_read(commands, client_id, reading).await
     }
+
     /// An idle wait on a single node: registered with the shared read, it waits for this
     /// queue's wake signal (moved past `seen`, read before the claim that found nothing), the
     /// next delayed member this consumer knows of, a delayed add of this process (re-plans
@@ -205,10 +197,6 @@ impl RedisQueue {
             end = self.wake.wait(seen, wait, cancel) => end,
             _ = self.delayed_added.changed(delayed_seen) => WaitEnd::Woken,
         };
-        Ok(match end {
-            WaitEnd::Woken => WaitOutcome::Woken,
-            WaitEnd::TimedOut => WaitOutcome::TimedOut,
-            WaitEnd::Cancelled => WaitOutcome::Cancelled,
-        })
+        Ok(end.into())
     }
 }
