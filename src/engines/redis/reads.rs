@@ -157,11 +157,8 @@ impl RedisQueue {
     async fn promote_and_read(&self, conn: &mut Conn, limit: u32) -> Result<Value> {
         let read = self.read_group(limit, None, ">");
         if self.config.connect.cluster {
-            let promoted: Value = PROMOTE
-                .key(&self.config.delay_key)
-                .key(&self.config.stream)
-                .arg(PROMOTE_LIMIT)
-                .invoke_async(conn)
+            let promoted = self
+                .promote(conn)
                 .await
                 .map_err(|e| self.err("drainDelayed", &e))?;
             self.note_next_due(&promoted);
@@ -198,13 +195,7 @@ impl RedisQueue {
             // Not loaded on this server yet: loaded and run now. What it adds is above the
             // last id read, so an idle wait registered with it is woken for it.
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                let promoted: redis::RedisResult<Value> = PROMOTE
-                    .key(&self.config.delay_key)
-                    .key(&self.config.stream)
-                    .arg(PROMOTE_LIMIT)
-                    .invoke_async(conn)
-                    .await;
-                match promoted {
+                match self.promote(conn).await {
                     Ok(promoted) => self.note_next_due(&promoted),
                     Err(e) => {
                         // The read ran: what it took is re-read by the next claim.
@@ -224,6 +215,17 @@ impl RedisQueue {
             .map_err(|e| self.err("read", &e))?;
         *self.top.lock().unwrap_or_else(|p| p.into_inner()) = top.and_then(|t| last_id(&t));
         Ok(reply)
+    }
+
+    /// Moves up to `PROMOTE_LIMIT` due delayed members into the stream (loading the script
+    /// if the server does not have it).
+    async fn promote(&self, conn: &mut Conn) -> redis::RedisResult<Value> {
+        PROMOTE
+            .key(&self.config.delay_key)
+            .key(&self.config.stream)
+            .arg(PROMOTE_LIMIT)
+            .invoke_async(conn)
+            .await
     }
 
     fn delivered(&self) -> std::sync::MutexGuard<'_, Delivered> {
