@@ -255,4 +255,61 @@ describe('the send connection', () => {
     await pollUntil(async () => (await storedKeys(stream)).length > 0, { timeoutMs: 3000 });
     expect(await storedKeys(stream)).toEqual(['closing']);
   });
+
+});
+
+describe('one send connection for the queues of a process', () => {
+  /** `count` transports on streams of their own, all warmed onto the send connection. */
+  async function warmTransports(count) {
+    const list = Array.from({ length: count }, () => {
+      const stream = engine.uniqueStream('shared');
+      return { t: transport({ stream }), stream };
+    });
+    for (const { t, stream } of list) await warmUp(t, stream);
+    return list;
+  }
+
+  it('transports on one node share it: sequential and concurrent sends, each stream in order', async () => {
+    const list = await warmTransports(20);
+    for (let n = 0; n < 5; n += 1) {
+      for (const [q, { t }] of list.entries()) await t.send(envelopeOf(`s${q}-${n}`));
+    }
+    await Promise.all(list.flatMap(({ t }, q) => keysOf(`c${q}`, 30).map((key) => t.send(envelopeOf(key)))));
+    const connections = await sendConnections();
+    expect(connections).toHaveLength(1);
+    for (const [q, { stream }] of list.entries()) {
+      expect(await storedKeys(stream)).toEqual([...keysOf(`s${q}`, 5), ...keysOf(`c${q}`, 30)]);
+    }
+  });
+
+  it('lost with batches of several queues in flight: each queue\'s sends resolve, stored once, in order', async () => {
+    const list = await warmTransports(3);
+    const [connection] = await sendConnections();
+    await withServer((redis) => redis.client('PAUSE', 1500, 'WRITE'));
+    const sends = list.flatMap(({ t }, q) => keysOf(`x${q}`, 40).map((key) => t.send(envelopeOf(key))));
+    await sleep(100);
+    await withServer((redis) => redis.client('KILL', 'ID', connection.id));
+    const outcomes = await Promise.all(sends.map((send) => settleWithin(send, 10000)));
+    expect(outcomes.filter((o) => o.error !== undefined || o.timeout !== undefined)).toEqual([]);
+    for (const [q, { stream }] of list.entries()) expect(await storedKeys(stream)).toEqual(keysOf(`x${q}`, 40));
+  });
+
+  it('a transport closed with a batch in flight settles it; the others keep the connection; the last close ends it', async () => {
+    const list = await warmTransports(3);
+    const [connection] = await sendConnections();
+    await withServer((redis) => redis.client('PAUSE', 500, 'WRITE'));
+    const [first, ...rest] = list;
+    const send = first.t.send(envelopeOf('closing'));
+    await sleep(50);
+    await first.t.close();
+    const outcome = await settleWithin(send, 10000);
+    expect(outcome.error).toBeUndefined();
+    expect(outcome.timeout).toBeUndefined();
+    expect(await storedKeys(first.stream)).toEqual(['closing']);
+    for (const { t } of rest) await t.send(envelopeOf('after'));
+    expect((await sendConnections()).map((c) => c.id)).toEqual([connection.id]);
+    for (const { stream } of rest) expect(await storedKeys(stream)).toEqual(['after']);
+    await Promise.all(rest.map(({ t }) => t.close()));
+    await pollUntil(async () => (await sendConnections()).length === 0, { timeoutMs: 3000 });
+  });
 });

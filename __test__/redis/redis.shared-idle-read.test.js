@@ -110,6 +110,23 @@ describe('many idle queues in one process', () => {
     expect(clients).toBeLessThanOrEqual(8);
     expect(reads).toBeLessThanOrEqual(5);
   }, 60000);
+
+  it('200 queues that each sent and handled a message, then idle, still hold a handful', async () => {
+    // As an app runs: every transport sends (its first sends open the send path) and its
+    // consumer handles; the send connection is one per process and node, not per transport.
+    const list = Array.from({ length: 200 }, () => idleTransport());
+    const running = list.map(consume);
+    await untilIdle(list);
+    for (let round = 0; round < 3; round += 1) {
+      await Promise.all(list.map((t, n) => t.send(envelopeOf(`q${n}-${round}`))));
+    }
+    await Promise.all(running.map((c) => c.waitFor(3, 20000)));
+    for (const c of running) expect(c.arrivals).toHaveLength(3);
+    await sleep(500);
+    const clients = await clientCount();
+    console.log(`200 queues after sending: ${clients} connections`);
+    expect(clients).toBeLessThanOrEqual(8);
+  }, 90000);
 });
 
 describe('wake-ups through the shared read', () => {

@@ -8,6 +8,8 @@ pub mod loop_callback;
 pub mod own_sockets;
 pub mod owned_by_thread;
 mod send_handover;
+mod send_lane;
+mod send_links;
 mod send_state;
 pub mod sends;
 pub mod settle_report;

@@ -1,5 +1,5 @@
-//! Sends served on the JavaScript thread: a connection of their own whose socket the
-//! JavaScript thread's event loop watches (libuv, see `uv`), so a sequential send is written
+//! Sends served on the JavaScript thread: one connection per node, shared by every queue of
+//! the thread, whose socket the JavaScript thread's event loop watches (libuv, see `uv`), so a sequential send is written
 //! by the call that makes it and its reply read where its promise resolves, with no hand-off
 //! to the I/O thread and back (two thread wake-ups per send, the cost that made a sequential
 //! Redis send slower than upstream's).
@@ -14,14 +14,15 @@
 //! store nothing twice), a batch that got no reply within the send bound fails with the
 //! outcome unknown, never sent again.
 
-use super::send_state::Inner;
+use super::send_lane::{Lane, LaneId};
+use super::send_links;
+use super::send_state::Link;
 use super::settle_report::{LoopReport, Report, ToRuntime};
 use crate::direct::owned_by_thread::OwnedByThread;
 use crate::direct::uv;
 use crate::queue::engine::NewMessage;
 use crate::queue::Queue;
 use crate::support::error::Result;
-use std::ffi::c_void;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
@@ -36,13 +37,15 @@ fn enabled(value: Option<String>) -> bool {
     )
 }
 
-/// One queue's direct path. Lives on the JavaScript thread that made it: its loop's
-/// callbacks run there, and a call from any other thread touches nothing (a send takes the
-/// runtime's path). Settles are gathered while the state is borrowed and reported after the
-/// borrow ends (the loop's callbacks call JavaScript, which may send or close, re-entering
-/// the state), so at most one borrow of it is ever alive.
+/// One queue's direct path: a lane of its thread's link to the queue's node. Lives on the
+/// JavaScript thread that made it: its loop's callbacks run there, and a call from any other
+/// thread touches nothing (a send takes the runtime's path). Settles are gathered while the
+/// link is borrowed and reported after the borrow ends (the loop's callbacks call
+/// JavaScript, which may send or close, re-entering the link), so at most one borrow of it
+/// is ever alive.
 pub struct DirectSends {
-    inner: OwnedByThread<Inner>,
+    link: OwnedByThread<Link>,
+    lane: LaneId,
 }
 
 impl DirectSends {
@@ -60,95 +63,75 @@ impl DirectSends {
             return None;
         }
         let wire = queue.engine().clone().direct_wire()?;
-        let inner = Box::into_raw(Box::new(Inner::new(
-            wire,
-            queue,
-            (report, report_here),
-            to_runtime,
-            elsewhere,
-            env_loop,
-            env.raw(),
-        )));
-        // SAFETY: `inner` is alive until Drop, which removes the hook and closes the timer
-        // first; not shared yet. On the environment's thread, inside a napi call.
-        unsafe {
-            (*inner).handle_data = inner as *mut c_void;
-            let hooked = napi::sys::napi_add_env_cleanup_hook(
-                env.raw(),
-                Some(on_env_teardown),
-                inner as *mut c_void,
-            );
-            if hooked != napi::sys::Status::napi_ok {
-                drop(Box::from_raw(inner));
-                return None;
-            }
-            (*inner).timer = uv::Timer::new(env_loop, inner as *mut c_void);
-        }
+        let key = (env.raw() as usize, wire.link_key());
+        let link = send_links::find_or_open(env, env_loop, key)?;
+        // SAFETY: a registered link is alive (it leaves the registry before it is freed);
+        // on its thread, inside a napi call, with no other borrow of it alive.
+        let state = unsafe { &mut *link };
+        let lane = state.next_lane;
+        state.next_lane += 1;
+        let reports = (report, report_here);
+        let new_lane = Lane::new(wire, queue, reports, to_runtime, elsewhere);
+        state.lanes.insert(lane, new_lane);
         Some(Self {
-            inner: OwnedByThread::new(inner),
+            link: OwnedByThread::new(link),
+            lane,
         })
     }
 
-    /// The state, on the thread that owns it only.
+    /// The link, on the thread that owns it only.
     #[allow(clippy::mut_from_ref)] // one thread, one borrow at a time: see the struct
-    fn inner(&self) -> Option<&mut Inner> {
-        // SAFETY: as the struct says; alive until Drop, and reached on its owner thread only.
-        self.inner.get().map(|inner| unsafe { &mut *inner })
+    fn link(&self) -> Option<&mut Link> {
+        // SAFETY: as the struct says; alive while this lane is in it, and reached on its
+        // owner thread only.
+        self.link.get().map(|link| unsafe { &mut *link })
     }
 
     /// Takes send `seq` if the direct path can serve it now (the message is handed back
     /// otherwise); an error for a send `Queue::send` would refuse at once.
     pub fn try_send(&self, seq: u32, message: NewMessage) -> Result<Option<NewMessage>> {
-        let Some(inner) = self.inner() else {
+        let Some(link) = self.link() else {
             return Ok(Some(message));
         };
-        let taken = inner.try_send(seq, message);
-        inner.report_queued();
+        let taken = link.try_send(self.lane, seq, message);
+        link.report_queued();
         taken
     }
 
-    /// No more direct sends: batches in flight are handed to the runtime (as the same batch),
-    /// the connection closed. Only while the environment lives: the runtime may be gone
-    /// once it is torn down (see `on_env_teardown`).
+    /// No more direct sends from this queue. Its batches in flight and the sends waiting
+    /// behind them still go on the connection, and the queue's later sends on the runtime's
+    /// path wait for them (a hold), so that none overtakes them.
     pub fn shut(&self) {
-        let Some(inner) = self.inner() else { return };
-        inner.closed = true;
-        inner.fail();
-        inner.report_queued();
+        let Some(link) = self.link() else { return };
+        if let Some(lane) = link.lanes.get_mut(&self.lane) {
+            lane.shut();
+        }
+        link.report_queued();
     }
 }
 
 impl Drop for DirectSends {
-    /// Reached without `shut` only when the JavaScript environment is torn down (the queue's
-    /// settle callback keeps the queue alive until then), after `on_env_teardown`.
+    /// Usually right after `shut`; without it only when the JavaScript environment is torn
+    /// down (the queue's settle callback keeps the queue alive until then).
     fn drop(&mut self) {
-        let Some(pointer) = self.inner.get() else {
-            // Another thread's loop may still call back into the state: it is left alive
+        let Some(pointer) = self.link.get() else {
+            // Another thread's loop may still call back into the link: it is left alive
             // (leaked) rather than freed under it.
             return;
         };
-        // SAFETY: from Box::into_raw in `new`, on its owner thread. The hook is removed (a
-        // no-op once it has run) and `end_here` closes both handles, so nothing can reach
-        // the state any more.
-        unsafe {
-            napi::sys::napi_remove_env_cleanup_hook(
-                (*pointer).env,
-                Some(on_env_teardown),
-                pointer as *mut c_void,
-            );
-            Box::from_raw(pointer).end_here();
+        {
+            // SAFETY: on its owner thread, with no other borrow alive; the link is alive
+            // while this lane is in it.
+            let link = unsafe { &mut *pointer };
+            if let Some(lane) = link.lanes.get_mut(&self.lane) {
+                lane.shut();
+                lane.detached = true;
+            }
+            link.report_queued();
         }
+        // SAFETY: no borrow of the link is alive; on its thread.
+        unsafe { send_links::free_if_unused(pointer) };
     }
-}
-
-/// The environment is being torn down: napi-rs may shut the async runtime down in a cleanup
-/// hook of its own (when no other thread holds the addon), and the loop turns that run
-/// during teardown could still call back into the state, so everything ends here, with
-/// nothing handed to the runtime.
-unsafe extern "C" fn on_env_teardown(data: *mut c_void) {
-    // SAFETY: the hook's data is the state, alive until Drop removes the hook; on the
-    // environment's thread, outside any napi call.
-    unsafe { (*(data as *mut Inner)).end_here() };
 }
 
 #[cfg(test)]

@@ -22,15 +22,12 @@ pub type LoopReport = Rc<dyn Fn(Vec<Settled<String>>) -> Option<Vec<Settled<Stri
 /// Queues a send on the runtime's path, in call order with every other send there.
 pub type ToRuntime = Arc<dyn Fn(u32, NewMessage) -> Result<()> + Send + Sync>;
 
-/// Settles taken from the state, with where they go.
-pub(super) type Ready = Option<(Vec<Settled<String>>, Report, Option<LoopReport>)>;
+/// Settles of one queue taken from the state, with where they go.
+pub(super) type Ready = (Vec<Settled<String>>, Report, Option<LoopReport>);
 
 /// Reports settles from a loop callback: into JavaScript at once, else through `Report`.
 /// The state may be gone once JavaScript has run: nothing here touches it.
-pub(super) fn deliver(ready: Ready) {
-    let Some((batch, report, here)) = ready else {
-        return;
-    };
+pub(super) fn deliver((batch, report, here): Ready) {
     let batch = match here {
         Some(here) => here(batch),
         None => Some(batch),

@@ -17,8 +17,8 @@ const UV_TIMER: c_int = 13;
 pub const READABLE: c_int = 1;
 pub const WRITABLE: c_int = 2;
 
-type PollCb = unsafe extern "C" fn(handle: *mut c_void, status: c_int, events: c_int);
-type TimerCb = unsafe extern "C" fn(handle: *mut c_void);
+pub type PollCb = unsafe extern "C" fn(handle: *mut c_void, status: c_int, events: c_int);
+pub type TimerCb = unsafe extern "C" fn(handle: *mut c_void);
 type CloseCb = unsafe extern "C" fn(handle: *mut c_void);
 
 type HandleSize = unsafe extern "C" fn(c_int) -> usize;

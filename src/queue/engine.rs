@@ -161,6 +161,9 @@ pub type Resend = Box<dyn FnOnce() -> BoxFuture<'static, Result<Vec<String>>> + 
 pub trait DirectWire: Send + Sync + 'static {
     /// Opens a connection ready for `encode`'s requests (blocking mode off).
     fn connect(&self) -> BoxFuture<'static, Result<std::net::TcpStream>>;
+    /// Which connection this wire's requests may share: wires with the same key connect to
+    /// the same server with the same credentials, so one connection serves them all.
+    fn link_key(&self) -> u64;
     /// The request storing `messages` as one batch, and how to store that batch again.
     fn encode(&self, messages: Vec<NewMessage>) -> (Vec<u8>, Resend);
     /// The reply at the start of `buf` to a batch of `count` and its length, `None` if

@@ -110,6 +110,20 @@ fn pack(args: &[Vec<u8>]) -> Vec<u8> {
 }
 
 impl DirectWire for RedisWire {
+    fn link_key(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (
+            &self.host,
+            self.port,
+            &self.username,
+            &self.password,
+            self.db,
+        )
+            .hash(&mut hasher);
+        hasher.finish()
+    }
+
     fn connect(&self) -> BoxFuture<'static, Result<std::net::TcpStream>> {
         let mut greeting: Vec<(Vec<Vec<u8>>, bool)> = Vec::new();
         if let Some(password) = &self.password {
