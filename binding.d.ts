@@ -237,6 +237,8 @@ export interface RedisQueueOptions {
   maxQueuedSendBytes: number
   /** What `redisOptions` adds to the DSN. */
   overrides?: RedisOverrides
+  /** The most connections this process opens to the node, for every transport on it. */
+  maxConnections?: number
 }
 
 /**

@@ -281,6 +281,15 @@ export interface RedisStreamsTransportOptions {
    */
   readonly redisOptions?: RedisConnectionOptions;
   /**
+   * The most connections this process opens to the node, for every transport on it together:
+   * the command connection, the read idle consumers share, the send connection, and what is
+   * left for idle consumers to block on reads of their own (the fastest wake-up; the others
+   * share the one read). At least 3; default 7 (four own reads). Single node only: refused
+   * with `cluster: true`. Transports on one DSN share one budget: one that names another
+   * value is refused.
+   */
+  readonly maxConnections?: number;
+  /**
    * How long connecting, and each command's reply, may take before `TransportConnectionError`.
    * Default: `redisOptions.connectTimeout` if given (the two must agree when both are), else 5000.
    */

@@ -7,7 +7,7 @@
 // keep the pool as busy as it gets.
 
 const { InvalidArgumentError } = require('@schally/nestjs-messenger');
-const { postgres, mysql, redis, uniqueName } = require('../support/engines');
+const { postgres, mysql, uniqueName } = require('../support/engines');
 const { startProxy, viaProxy } = require('../faults/support/proxy');
 const {
   envelopeOf,
@@ -101,13 +101,5 @@ describe.each(ENGINES)('$engine.name: maxConnections', ({ engine, budget, smalle
       expect(error).toBeInstanceOf(InvalidArgumentError);
       expect(error.message).toContain('maxConnections');
     }
-  });
-});
-
-describe('RedisStreamsTransport', () => {
-  it('refuses maxConnections by name rather than dropping it', () => {
-    const error = throwsSync(() => new redis.Transport({ dsn: redis.dsn, stream: uniqueName('s'), maxConnections: 8 }));
-    expect(error).toBeInstanceOf(InvalidArgumentError);
-    expect(error.message).toContain('maxConnections applies to SqlTransport only');
   });
 });

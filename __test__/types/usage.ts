@@ -185,6 +185,9 @@ new SqlTransport({ dsn: 'postgres://pgbouncer:6432/app?pgbouncer=true', listenDs
 new SqlTransport({ dsn: 'postgres://db:5432/app', maxConnections: 20 });
 // @ts-expect-error maxConnections is a count
 new SqlTransport({ dsn: 'postgres://db:5432/app', maxConnections: '20' });
+new RedisStreamsTransport({ dsn: 'redis://localhost:6379', stream: 'events', maxConnections: 5 });
+// @ts-expect-error maxConnections is a count
+new RedisStreamsTransport({ dsn: 'redis://localhost:6379', stream: 'events', maxConnections: '5' });
 
 // @ts-expect-error useNotify is a boolean
 new SqlTransport({ dsn: 'postgres://localhost/app', useNotify: 'yes' });

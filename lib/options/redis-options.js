@@ -31,9 +31,13 @@ function resolveRedisOptions(options) {
   if (options === null || typeof options !== 'object') {
     throw invalidArgument('RedisStreamsTransport options must be an object with a dsn and a stream.');
   }
-  if (options.maxConnections !== undefined) {
+  const maxConnections = options.maxConnections;
+  if (maxConnections !== undefined && !(Number.isInteger(maxConnections) && maxConnections >= 1 && maxConnections <= 65535)) {
+    throw invalidArgument(`Invalid maxConnections ${String(maxConnections)}: expected a positive integer.`);
+  }
+  if (maxConnections !== undefined && options.cluster === true) {
     throw invalidArgument(
-      'maxConnections applies to SqlTransport only: a Redis transport holds one command connection per process and DSN, its idle consumers\' reads (shared past four on a single node) and one send connection per transport (docs/operations.md, "Connections").',
+      'maxConnections applies to a single Redis node: on a cluster each idle consumer blocks on a read of its own at its stream\'s node (docs/operations.md, "Connections").',
     );
   }
   const stream = nonEmptyString(options.stream, 'stream');
@@ -57,6 +61,7 @@ function resolveRedisOptions(options) {
     tlsCa: connection.tlsCa,
     connectTimeoutMs: positiveNumber({ connectTimeoutMs: connection.connectTimeoutMs }, DEFAULTS, 'connectTimeoutMs'),
     overrides: connection.overrides,
+    maxConnections,
     ackMode: ackModeOf(options),
     ...sendBacklogOf(options),
     logger: loggerOf(options),

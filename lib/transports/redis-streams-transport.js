@@ -30,6 +30,7 @@ class RedisStreamsTransport extends NativeTransport {
         overrides: o.overrides,
         maxQueuedSends: o.maxQueuedSends,
         maxQueuedSendBytes: o.maxQueuedSendBytes,
+        maxConnections: o.maxConnections,
       }),
     );
     const messaging = { system: 'redis', destination: o.stream };

@@ -50,6 +50,8 @@ pub struct RedisQueueOptions {
     pub max_queued_send_bytes: f64,
     /// What `redisOptions` adds to the DSN.
     pub overrides: Option<RedisOverrides>,
+    /// The most connections this process opens to the node, for every transport on it.
+    pub max_connections: Option<f64>,
 }
 
 /// `redisOptions` the DSN says nothing of, checked by the JavaScript wrapper (which refuses
@@ -196,6 +198,7 @@ pub fn redis_queue(options: RedisQueueOptions) -> Result<Queue, Error> {
                 skip_client_info: given.disable_client_info,
             },
         },
+        max_connections: options.max_connections.map(connection_budget).transpose()?,
     };
     let first_batch = options
         .read_batch_size

@@ -18,12 +18,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// Up to this many idle consumers of a single-node deployment block on connections of their
-/// own, the fastest wake-up (the blocked read returns the entry itself); past it, every idle
-/// consumer shares the deployment's one read, so that idle cost and connections stay the same
-/// for 200 queues as for 5. Each consumer decides anew at every wait.
-const OWN_READS_UP_TO: usize = 4;
-
 /// One consumer in an idle wait, counted among its deployment's for as long as it waits.
 struct IdleConsumer<'a> {
     count: &'a AtomicUsize,
@@ -109,11 +103,12 @@ impl Engine for RedisQueue {
                 self.block_once(cancel, 64).await
             } else {
                 let idle = IdleConsumer::enter(&self.shared.idle_consumers);
-                if idle.among <= OWN_READS_UP_TO {
+                if idle.among <= self.shared.reads.own_reads() && self.keep_own_read() {
                     self.block_once(cancel, 64).await
                 } else {
                     // Its own read's connection is not kept while it shares.
                     *self.blocking.lock().await = None;
+                    self.drop_own_read();
                     self.wait_shared(seen, cancel).await
                 }
             };
@@ -292,6 +287,7 @@ impl Engine for RedisQueue {
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             *self.blocking.lock().await = None;
+            self.drop_own_read();
             self.leave_shared().await;
         })
     }

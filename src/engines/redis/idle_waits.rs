@@ -130,6 +130,22 @@ impl RedisQueue {
         outcome
     }
 
+    /// Whether this consumer may block on a read of its own: it keeps one already, or the
+    /// deployment's budget has one left (see `read_budget`). Each consumer decides anew at
+    /// every wait, counted among the idle ones.
+    pub(super) fn keep_own_read(&self) -> bool {
+        let mut slot = self.read_slot.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = self.shared.reads.reserve();
+        }
+        slot.is_some()
+    }
+
+    /// Gives this consumer's own read back to the budget (its connection is dropped too).
+    pub(super) fn drop_own_read(&self) {
+        *self.read_slot.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
     async fn open_blocking(&self) -> Result<(Conn, Option<i64>)> {
         open_blocked_read(&self.shared.target, self.shared.connect_timeout)
             .await

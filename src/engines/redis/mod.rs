@@ -23,6 +23,7 @@ mod engine;
 pub(crate) mod errors;
 mod idle_read;
 mod idle_waits;
+mod read_budget;
 mod reads;
 mod replies;
 mod resp;

@@ -12,6 +12,7 @@ use super::connection::{Conn, ConnectOptions, Target};
 use super::delivered::Delivered;
 use super::errors;
 use super::idle_read::IdleRead;
+use super::read_budget::{ReadBudget, ReadSlot};
 use super::replies::StreamId;
 use super::slot;
 use crate::queue::wake::{WakeBoard, WakeSignal};
@@ -38,6 +39,8 @@ pub struct StreamConfig {
     pub claim_idle: Duration,
     pub poll_interval: Duration,
     pub connect: ConnectOptions,
+    /// `maxConnections`: the budget of every connection to the node in this process.
+    pub max_connections: Option<u32>,
 }
 
 /// The deployment shared by every stream queue of the process on one DSN.
@@ -50,8 +53,10 @@ pub(super) struct RedisShared {
     board: WakeBoard,
     /// The blocking read and poll its idle consumers share (single node only).
     pub(super) idle: Arc<IdleRead>,
-    /// Consumers of the deployment in an idle wait now (see `engine::OWN_READS_UP_TO`).
+    /// Consumers of the deployment in an idle wait now.
     pub(super) idle_consumers: AtomicUsize,
+    /// `maxConnections`, and the consumers' own reads it leaves room for.
+    pub(super) reads: ReadBudget,
 }
 
 impl Drop for RedisShared {
@@ -90,6 +95,8 @@ pub struct RedisQueue {
     /// This consumer's connection for blocking reads, and its `CLIENT ID` on a single node
     /// (so a block can be ended early with `CLIENT UNBLOCK` instead of dropping the connection).
     pub(super) blocking: tokio::sync::Mutex<Option<(Conn, Option<i64>)>>,
+    /// This consumer's share of the deployment's own reads, while it keeps one.
+    pub(super) read_slot: Mutex<Option<ReadSlot>>,
     /// The stream's last id as read just before the last claim's read of new entries (single
     /// node): what an idle wait after an empty claim registers with the shared read.
     pub(super) top: Mutex<Option<StreamId>>,
@@ -145,7 +152,25 @@ impl RedisQueue {
             config.connect.digest(),
             config.connect.connect_timeout.as_millis()
         );
-        let shared = TARGETS.join(&key, || {
+        if config.connect.cluster && config.max_connections.is_some() {
+            return Err(Error::invalid_argument(
+                "maxConnections applies to a single Redis node: on a cluster each consumer \
+                 blocks on a read of its own at its stream's node.",
+            ));
+        }
+        let asked = config.max_connections;
+        let fits = |live: &RedisShared| match asked {
+            Some(asked) if asked != live.reads.max_connections => {
+                Err(Error::invalid_argument(format!(
+                    "maxConnections {asked} differs from the {} that the transports already open \
+                     on this DSN share (one budget per process and DSN): give every transport \
+                     on it the same maxConnections, or leave it out.",
+                    live.reads.max_connections
+                )))
+            }
+            _ => Ok(()),
+        };
+        let shared = TARGETS.join_if(&key, fits, || {
             Ok(RedisShared {
                 key: key.clone(),
                 target: Target::new(dsn, &config.connect)?,
@@ -155,6 +180,7 @@ impl RedisQueue {
                 board: WakeBoard::default(),
                 idle: Arc::default(),
                 idle_consumers: AtomicUsize::new(0),
+                reads: ReadBudget::new(asked)?,
             })
         })?;
         let wake = shared.board.signal(&config.stream, "");
@@ -163,6 +189,7 @@ impl RedisQueue {
             shared,
             wake,
             blocking: tokio::sync::Mutex::new(None),
+            read_slot: Mutex::new(None),
             top: Mutex::new(None),
             delivered: Mutex::default(),
             recover_from: Mutex::new(None),

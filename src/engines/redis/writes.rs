@@ -411,6 +411,7 @@ mod tests {
                 cluster,
                 ..Default::default()
             },
+            max_connections: None,
         }
     }
 

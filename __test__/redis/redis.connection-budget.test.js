@@ -1,0 +1,124 @@
+'use strict';
+
+// `maxConnections` on a Redis node: one budget per process and DSN that the command
+// connection, the read idle consumers share, the send connection and the consumers' own
+// blocking reads fit in. Counted, not timed: every connection goes through a proxy in front
+// of the server, and its live connections are sampled while consumers on many streams idle,
+// wake and drain what 64 concurrent senders store.
+
+const { InvalidArgumentError } = require('@schally/nestjs-messenger');
+const { redis, uniqueName } = require('../support/engines');
+const { startProxy, viaProxy } = require('../faults/support/proxy');
+const {
+  envelopeOf,
+  pollUntil,
+  serializer,
+  settleWithin,
+  sleep,
+  startAckingConsumer,
+  throwsSync,
+} = require('../support/transport-helpers');
+
+const STREAMS = 12;
+const MESSAGES = 2000;
+const SENDERS = 64;
+
+let proxy;
+let dsn;
+
+beforeAll(async () => {
+  await redis.requireServer();
+  proxy = await startProxy({ targetPort: Number(new URL(redis.dsn).port) });
+  dsn = viaProxy(redis.dsn, proxy);
+});
+
+afterAll(async () => {
+  await proxy?.close();
+});
+
+const transportOn = (stream, options = {}) =>
+  new redis.Transport({ dsn, stream, serializer: serializer(), ...options });
+
+/** Runs `work` while sampling the proxy's live connections; resolves the peak. */
+async function peakDuring(work) {
+  let peak = 0;
+  const sampler = setInterval(() => {
+    peak = Math.max(peak, proxy.connections);
+  }, 2);
+  try {
+    await work();
+  } finally {
+    clearInterval(sampler);
+  }
+  return Math.max(peak, proxy.connections);
+}
+
+describe.each([
+  { budget: 3, reads: 'no consumer reads on its own: all of them share one read' },
+  { budget: 5, reads: 'two consumers read on their own, the rest share' },
+])('maxConnections $budget ($reads)', ({ budget }) => {
+  it(`holds ${STREAMS} consumers, idle then draining ${SENDERS} concurrent senders, within ${budget}`, async () => {
+    const prefix = uniqueName('budget');
+    const transports = Array.from({ length: STREAMS }, (_, i) => transportOn(`${prefix}-${i}`, { maxConnections: budget }));
+    const loops = transports.map((t) => startAckingConsumer(t));
+    try {
+      const peak = await peakDuring(async () => {
+        await sleep(300);
+        const lanes = Array.from({ length: SENDERS }, async (_, lane) => {
+          for (let i = lane; i < MESSAGES; i += SENDERS) {
+            await transports[i % STREAMS].send(envelopeOf(`m${i}`));
+          }
+        });
+        await Promise.all(lanes);
+        const all = await pollUntil(() => loops.reduce((n, l) => n + l.received.length, 0) === MESSAGES, {
+          timeoutMs: 30000,
+        });
+        expect(all).toBe(true);
+        // Idle again, each consumer woken once more by a send of its own.
+        await sleep(200);
+        await Promise.all(transports.map((t, i) => t.send(envelopeOf(`again-${i}`))));
+        await pollUntil(() => loops.every((l) => l.received.length > 0 && l.ids().some((id) => id.startsWith('again-'))), {
+          timeoutMs: 10000,
+        });
+      });
+      console.log(`maxConnections ${budget}: peak ${peak} connections`);
+      expect(loops.every((l) => l.error === undefined)).toBe(true);
+      expect(peak).toBeGreaterThan(0);
+      expect(peak).toBeLessThanOrEqual(budget);
+    } finally {
+      await Promise.all(loops.map((l) => settleWithin(l.stop(), 5000).catch(() => {})));
+      await Promise.all(transports.map((t) => settleWithin(t.close(), 5000).catch(() => {})));
+    }
+  }, 60000);
+});
+
+describe('maxConnections on Redis', () => {
+  it('is one budget per DSN: a transport that names another is refused, one that names none joins', async () => {
+    const stream = uniqueName('budget');
+    const first = transportOn(stream, { maxConnections: 4 });
+    try {
+      const error = throwsSync(() => transportOn(stream, { maxConnections: 6 }));
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect(error.message).toContain('maxConnections 6 differs from the 4');
+      const silent = transportOn(stream);
+      await silent.close();
+    } finally {
+      await first.close();
+    }
+  });
+
+  it('refuses a budget below 3, one that is no positive integer, and any on a cluster', () => {
+    // Another connect timeout: a deployment of its own, which no other transport holds yet.
+    const small = throwsSync(() => transportOn(uniqueName('s'), { connectTimeoutMs: 4321, maxConnections: 2 }));
+    expect(small).toBeInstanceOf(InvalidArgumentError);
+    expect(small.message).toContain('maxConnections must be at least 3');
+    for (const bad of [0, 2.5, -1, '4', Number.NaN]) {
+      const error = throwsSync(() => transportOn(uniqueName('s'), { maxConnections: bad }));
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect(error.message).toContain('maxConnections');
+    }
+    const cluster = throwsSync(() => transportOn('{s}x', { cluster: true, maxConnections: 8 }));
+    expect(cluster).toBeInstanceOf(InvalidArgumentError);
+    expect(cluster.message).toContain('maxConnections applies to a single Redis node');
+  });
+});

@@ -1,0 +1,93 @@
+//! A single-node deployment's connection budget (`maxConnections`, per process and DSN): the
+//! command connection, the read its idle consumers share and the JavaScript thread's send
+//! connection are always there; what is left goes to the consumers' own blocking reads, the
+//! fastest wake-up (the read returns the entry itself). Past those, idle consumers share the
+//! one read, so that connections stay the same for 200 queues as for 5.
+
+use crate::support::error::{Error, Result};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// The command connection, the shared read and the send connection.
+pub const FIXED_CONNECTIONS: u32 = 3;
+/// Connections a process opens to one node when no transport says (`maxConnections`): the
+/// fixed ones and four consumers' own reads.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = FIXED_CONNECTIONS + 4;
+
+/// The own reads a deployment allows, and how many of them its consumers hold.
+#[derive(Debug)]
+pub struct ReadBudget {
+    pub max_connections: u32,
+    own_reads: usize,
+    held: Arc<AtomicUsize>,
+}
+
+/// One consumer's own read, counted while it is kept (whether or not its connection is open
+/// at the moment: the count bounds the connections).
+#[derive(Debug)]
+pub struct ReadSlot(Arc<AtomicUsize>);
+
+impl Drop for ReadSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl ReadBudget {
+    /// The budget `max_connections` asks for (the default if `None`); one too small to hold
+    /// the fixed connections is refused.
+    pub fn new(max_connections: Option<u32>) -> Result<Self> {
+        let max_connections = max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
+        let Some(own_reads) = max_connections.checked_sub(FIXED_CONNECTIONS) else {
+            return Err(Error::invalid_argument(format!(
+                "maxConnections must be at least {FIXED_CONNECTIONS} on a Redis node: the command \
+                 connection, the read idle consumers share and the send connection; got \
+                 {max_connections}."
+            )));
+        };
+        Ok(Self {
+            max_connections,
+            own_reads: own_reads as usize,
+            held: Arc::default(),
+        })
+    }
+
+    /// How many consumers may block on reads of their own.
+    pub fn own_reads(&self) -> usize {
+        self.own_reads
+    }
+
+    /// A slot for one more own read, if the budget has one left.
+    pub fn reserve(&self) -> Option<ReadSlot> {
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                (held < self.own_reads).then_some(held + 1)
+            })
+            .ok()
+            .map(|_| ReadSlot(self.held.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_keeps_four_own_reads() {
+        let budget = ReadBudget::new(None).expect("the default fits");
+        assert_eq!(budget.max_connections, 7);
+        let slots: Vec<_> = (0..4).filter_map(|_| budget.reserve()).collect();
+        assert_eq!(slots.len(), 4);
+        assert!(budget.reserve().is_none());
+        drop(slots);
+        assert!(budget.reserve().is_some());
+    }
+
+    #[test]
+    fn the_smallest_budget_has_no_own_read_and_less_is_refused() {
+        let budget = ReadBudget::new(Some(3)).expect("three fit");
+        assert!(budget.reserve().is_none());
+        let err = ReadBudget::new(Some(2)).expect_err("two cannot hold the fixed connections");
+        assert!(err.to_string().contains("at least 3"), "{err}");
+    }
+}
