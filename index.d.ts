@@ -97,9 +97,12 @@ export interface TransportStats {
   /** Claims that found nothing to take. */
   readonly emptyClaims: number;
   /**
-   * Polls this process ran for the idle consumers of this transport's table on its DSN
-   * (MySQL/MariaDB, SQLite): one statement per `pollIntervalMs` answers for every queue of the
-   * table, however many idle. 0 on PostgreSQL and Redis, whose idle consumers do not poll.
+   * Polls this process ran for the idle consumers of this transport's table on its DSN, or of
+   * its Redis node: one per `pollIntervalMs` answers for every idle queue, however many. SQL:
+   * MySQL/MariaDB and SQLite, and PostgreSQL while NOTIFY does not wake them (`useNotify:
+   * false`, its LISTEN connection down, PgBouncer without `listenDsn`). Redis (single node): the
+   * poll for due delayed members and stalled entries of the idle consumers that share one read.
+   * 0 where idle consumers do not poll.
    */
   readonly sharedPolls: number;
   /** Messages acked (write-behind: recorded), poison removals included. */

@@ -102,13 +102,19 @@ describe('many idle queues in one process', () => {
 
     const clients = await clientCount();
     const before = await commandCalls();
+    const pollsBefore = list.map((t) => t.stats().sharedPolls);
     await sleep(2000);
     const after = await commandCalls();
+    const polls = list.map((t, i) => t.stats().sharedPolls - pollsBefore[i]);
     const reads = readCalls(after) - readCalls(before);
     const all = Object.keys(after).reduce((sum, k) => sum + after[k] - (before[k] ?? 0), 0);
     console.log(`200 idle queues: ${clients} connections; over 2 s idle: ${reads} xreadgroup/xread calls, ${all} commands in all`);
     expect(clients).toBeLessThanOrEqual(8);
     expect(reads).toBeLessThanOrEqual(5);
+    // One poll per pollIntervalMs (50 ms) for all of them, counted alike by each transport.
+    expect(polls[0]).toBeGreaterThanOrEqual(1);
+    expect(polls[0]).toBeLessThanOrEqual(2000 / 50 + 5);
+    expect(Math.max(...polls) - Math.min(...polls)).toBeLessThanOrEqual(1);
   }, 60000);
 
   it('200 queues that each sent and handled a message, then idle, still hold a handful', async () => {
@@ -177,6 +183,46 @@ describe('wake-ups through the shared read', () => {
     await sender.send(envelopeOf('from-afar', '', [new DelayStamp(300)]));
     const [arrival] = await consumer.waitFor(1, 5000);
     expect(arrival && arrival.envelope.message.id).toBe('from-afar');
+  }, 30000);
+
+  it('a consumer woken to claim comes back without the read being planned again', async () => {
+    // Its stream stays in the read while it claims and handles: each wake-up costs the one
+    // XREAD issued after it, not an UNBLOCK and a read over every other stream when it leaves
+    // and again when it returns. Its handler takes 30 ms, longer than the read waits to
+    // gather changes.
+    const slow = Array.from({ length: 2 }, () => idleTransport());
+    const others = Array.from({ length: 6 }, () => idleTransport());
+    others.forEach(consume);
+    const handled = [];
+    const controller = new AbortController();
+    const loops = slow.map(async (t) => {
+      for await (const envelope of t.get(controller.signal)) {
+        await sleep(30);
+        await t.ack(envelope);
+        handled.push(envelope);
+      }
+    });
+    try {
+      await untilIdle([...slow, ...others]);
+      await sleep(300);
+      const before = await commandCalls();
+      const WAKES = 20;
+      for (let n = 0; n < WAKES; n += 1) {
+        await slow[n % 2].send(envelopeOf(`w-${n}`));
+        await pollUntil(() => handled.length > n, { timeoutMs: 5000, intervalMs: 2 });
+        await sleep(20);
+      }
+      const after = await commandCalls();
+      const xreads = (after.xread ?? 0) - (before.xread ?? 0);
+      const unblocks = (after['client|unblock'] ?? 0) - (before['client|unblock'] ?? 0);
+      console.log(`${WAKES} wake-ups through the shared read: ${xreads} XREAD, ${unblocks} CLIENT UNBLOCK`);
+      expect(handled).toHaveLength(WAKES);
+      expect(xreads).toBeLessThanOrEqual(WAKES + 3);
+      expect(unblocks).toBeLessThanOrEqual(3);
+    } finally {
+      controller.abort();
+      await Promise.all(loops.map((loop) => loop.catch(() => {})));
+    }
   }, 30000);
 
   it('a cancelled idle consumer leaves the shared read, and the last close ends it', async () => {

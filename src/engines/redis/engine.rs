@@ -47,6 +47,11 @@ impl Engine for RedisQueue {
         self.wake.clone()
     }
 
+    /// The polls of the deployment's idle consumers that share its read (single node).
+    fn shared_polls(&self) -> u64 {
+        self.shared.idle.polls()
+    }
+
     /// Creates the consumer group from the stream's start (`0`, so entries sent before it
     /// existed are delivered), creating the stream if needed; an existing group is fine.
     fn setup(&self) -> BoxFuture<'_, Result<()>> {

@@ -7,7 +7,9 @@
 //! entry announces. An idle consumer thus runs no command of its own while nothing happens.
 //! Invariant: a consumer registers the stream's last id as read before its empty claim, so
 //! an entry added after the claim is above it and wakes it; the read's id for a stream is the
-//! lowest registered, raised only past entries whose wake-up it has given. Cluster
+//! lowest registered, raised only past entries whose wake-up it has given. A stream whose
+//! consumer was woken to claim stays in the read for a while (`LINGER`), so the consumer's
+//! return costs no re-plan; one whose consumer stopped waiting leaves at once. Cluster
 //! deployments keep a blocking read per consumer (`reads`): a read over many streams cannot
 //! span their nodes.
 
@@ -17,6 +19,7 @@ use super::replies::{read_reply_tops, StreamId};
 use crate::queue::wake::WakeSignal;
 use redis::{Script, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -30,6 +33,11 @@ const READ_BLOCK: Duration = Duration::from_secs(5);
 
 /// Changes to the set of streams are gathered this long before the read is re-planned.
 const REPLAN_PAUSE: Duration = Duration::from_millis(5);
+
+/// A stream whose last idle consumer left stays in the read this long: the usual leave is a
+/// consumer woken to claim, back within milliseconds, and each change of the set of streams
+/// costs the read a `CLIENT UNBLOCK` and a new `XREAD` over every stream.
+const LINGER: Duration = Duration::from_secs(2);
 
 /// Most entries of one stream a read returns: only the last one's id is used.
 const READ_COUNT: u32 = 16;
@@ -68,6 +76,8 @@ struct Covered {
     after: StreamId,
     signal: Arc<WakeSignal>,
     users: usize,
+    /// When its last idle consumer left (it lingers, see `LINGER`).
+    left_at: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -88,6 +98,8 @@ pub(super) struct IdleRead {
     /// consumer registers (the poll starts).
     plan: WakeSignal,
     closing: CancellationToken,
+    /// Polls run so far (`stats().sharedPolls`).
+    polls: AtomicU64,
 }
 
 /// An idle consumer's place in the shared read; dropping it leaves (a wait that ends, is
@@ -97,9 +109,18 @@ pub(super) struct Registration {
     key: u64,
 }
 
+impl Registration {
+    /// Leaves as a consumer woken to claim: its stream stays in the read for `LINGER`, so
+    /// that its return to the wait a few milliseconds later changes nothing.
+    pub(super) fn leave_to_claim(self) {
+        self.read.leave(self.key, true);
+        std::mem::forget(self);
+    }
+}
+
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.read.leave(self.key);
+        self.read.leave(self.key, false);
     }
 }
 
@@ -129,7 +150,11 @@ impl IdleRead {
         match state.streams.get_mut(&watched.stream) {
             Some(covered) => {
                 covered.users += 1;
-                if top < covered.after {
+                covered.left_at = None;
+                // An empty stream (`0-0`: its consumer acked and deleted what it had) says
+                // only that nothing is left; the read's own id, raised past entries that
+                // existed, is still below anything added later.
+                if top < covered.after && top != StreamId(0, 0) {
                     covered.after = top;
                     replan = true;
                 }
@@ -141,6 +166,7 @@ impl IdleRead {
                         after: top,
                         signal: watched.signal.clone(),
                         users: 1,
+                        left_at: None,
                     },
                 );
                 replan = true;
@@ -168,24 +194,43 @@ impl IdleRead {
         }
     }
 
-    fn leave(&self, key: u64) {
+    /// A consumer leaves; the stream with it if no other consumer waits on it, at once or,
+    /// with `linger`, once it has had none for `LINGER`.
+    fn leave(&self, key: u64, linger: bool) {
         let mut state = self.state();
         let Some(watched) = state.watched.remove(&key) else {
             return;
         };
         state.changes += 1;
-        let gone = match state.streams.get_mut(&watched.stream) {
-            Some(covered) => {
-                covered.users -= 1;
-                covered.users == 0
-            }
-            None => false,
+        let Some(covered) = state.streams.get_mut(&watched.stream) else {
+            return;
         };
-        if gone {
+        covered.users -= 1;
+        if covered.users > 0 {
+            return;
+        }
+        if linger {
+            covered.left_at = Some(Instant::now());
+        } else {
             state.streams.remove(&watched.stream);
             drop(state);
             self.plan.wake();
         }
+    }
+
+    /// Drops the streams that lingered past `LINGER` with no idle consumer; whether any did.
+    fn prune(&self) -> bool {
+        let mut state = self.state();
+        let before = state.streams.len();
+        state
+            .streams
+            .retain(|_, c| c.left_at.is_none_or(|left| left.elapsed() < LINGER));
+        state.streams.len() != before
+    }
+
+    /// Polls this deployment ran for its idle consumers.
+    pub(super) fn polls(&self) -> u64 {
+        self.polls.load(Ordering::Relaxed)
     }
 
     /// Ends the read and the poll (the deployment's last queue closed).
@@ -202,6 +247,7 @@ impl IdleRead {
     }
 
     fn planned(&self) -> BTreeMap<String, StreamId> {
+        self.prune();
         self.state()
             .streams
             .iter()
@@ -379,6 +425,7 @@ impl IdleRead {
             let Some((_, cmd)) = exists.as_ref() else {
                 continue;
             };
+            self.polls.fetch_add(1, Ordering::Relaxed);
             // Empty zsets do not exist: while none of the delayed zsets does, the consumers
             // to look at are those with a check due (none, most of the time: one EXISTS is
             // then the whole poll).

@@ -204,7 +204,7 @@ impl RedisQueue {
             reclaim_period: self.reclaim_period(),
             poll: self.config.poll_interval,
         };
-        let _registered = self.shared.idle.register(watched, top, || Connect {
+        let registered = self.shared.idle.register(watched, top, || Connect {
             target: self.shared.target.clone(),
             commands,
             timeout: self.shared.connect_timeout,
@@ -213,6 +213,11 @@ impl RedisQueue {
             end = self.wake.wait(seen, wait, cancel) => end,
             _ = self.delayed_added.changed(delayed_seen) => WaitEnd::Woken,
         };
+        // Cancelled (get() aborted, close): out of the read at once. Otherwise the consumer
+        // claims and is most likely back in a few milliseconds.
+        if end != WaitEnd::Cancelled {
+            registered.leave_to_claim();
+        }
         Ok(end.into())
     }
 }
