@@ -71,16 +71,19 @@ impl Lane {
         }
     }
 
-    /// No more sends on the connection from this queue; what it has in flight still settles
-    /// here, and its later sends on the runtime's path wait for that.
+    /// No more sends on the connection from this queue: the sends waiting here (never
+    /// written) join the runtime's path now, while the queue still takes sends, and wait there,
+    /// as every later send does, for the batches in flight, which still settle here.
     pub(super) fn shut(&mut self) {
         if self.closed {
             return;
         }
         self.closed = true;
-        if self.in_flight > 0 || !self.waiting.is_empty() {
+        if self.in_flight > 0 {
             self.hold = Some(self.queue.hold_sends());
         }
+        let waiting = self.take_waiting();
+        self.to_runtime_path(waiting);
     }
 
     /// Lets the runtime's sends go once nothing of this lane is in flight.
@@ -180,9 +183,11 @@ impl Lane {
         if !flights.is_empty() {
             self.resend(flights);
         }
-        // The resends hold the sends behind them from here.
-        self.hold = None;
-        for (message, seq) in waiting {
+        self.to_runtime_path(waiting);
+    }
+
+    fn to_runtime_path(&mut self, sends: Vec<(NewMessage, u32)>) {
+        for (message, seq) in sends {
             if let Err(err) = (self.to_runtime)(seq, message) {
                 self.ready.push((seq, Err(err)));
             }
@@ -193,7 +198,9 @@ impl Lane {
         let runs: Vec<(Vec<u32>, Resend)> =
             flights.into_iter().map(|f| (f.seqs, f.resend)).collect();
         self.elsewhere.fetch_add(1, Ordering::AcqRel);
-        let hold = self.queue.hold_sends();
+        // The lane's own hold (from `shut`) already holds every send queued since: it is
+        // handed to the resends, which let go of it once done.
+        let hold = self.hold.take().unwrap_or_else(|| self.queue.hold_sends());
         let (queue, report, elsewhere) = (
             self.queue.clone(),
             self.report.clone(),
