@@ -156,3 +156,34 @@ describe.each([postgres, mysql, sqlite, redis])('$name: OpenTelemetry metrics', 
     expect(JSON.parse(result.stdout)).toEqual({ got: ['a', 'b', 'c'], sent: 3, claimed: 3, acked: 3, lookups: 1 });
   }, 15000);
 });
+
+describe('a meter provider registered after the first transport', () => {
+  it('counts for the transports made after it; one made before it records nothing', () => {
+    // Without a provider the API's meter is a no-op: a transport made then times nothing (no
+    // cost per send), and the next transport looks again.
+    const result = runChild(
+      `
+      const { metrics } = require('@opentelemetry/api');
+      const sdk = require('@opentelemetry/sdk-metrics');
+      (async () => {
+        const before = new Transport(transportOptions({ queueName: 'before' }));
+        const exporter = new sdk.InMemoryMetricExporter(sdk.AggregationTemporality.CUMULATIVE);
+        const reader = new sdk.PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3600000 });
+        metrics.setGlobalMeterProvider(new sdk.MeterProvider({ readers: [reader] }));
+        const after = new Transport(transportOptions({ queueName: 'after' }));
+        for (const t of [before, after]) for (const id of ['a', 'b']) await t.send(new Envelope(new M(id)));
+        await reader.forceFlush();
+        const scope = exporter.getMetrics()[0]?.scopeMetrics.find((s) => s.scope.name === 'nestjs-messenger-native');
+        const sent = scope?.metrics.find((m) => m.descriptor.name === 'messaging.client.sent.messages');
+        const points = (sent?.dataPoints ?? []).map((p) => [p.attributes['messaging.destination.name'], p.value]);
+        await before.close();
+        await after.close();
+        console.log(JSON.stringify(points));
+      })();
+      `,
+      { env: { KIND: 'sql', DSN: sqlite.runDsn('nmn-otel-late') } },
+    );
+    expect(result.stderr).toBe('');
+    expect(JSON.parse(result.stdout)).toEqual([['after', 2]]);
+  }, 15000);
+});

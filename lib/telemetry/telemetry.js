@@ -6,7 +6,8 @@
 // (transport-health-indicator.js).
 
 // OpenTelemetry metrics, only when the app has `@opentelemetry/api` installed (an optional
-// peer). Without it, `telemetryFor()` returns undefined and the transports record nothing.
+// peer) and a meter provider registered before the transport is made. Otherwise
+// `telemetryFor()` returns undefined and the transports record nothing.
 // Names and attributes follow the OpenTelemetry messaging semantic conventions (client
 // metrics). Nothing is ever added to a stored message: no propagation headers.
 
@@ -32,9 +33,14 @@ function optionalRequire(name) {
   }
 }
 
-/** The process's instruments, made on first use (so a provider registered after require counts). */
+/**
+ * The process's instruments, made on first use (so a provider registered after require counts);
+ * undefined while no meter provider is registered: a no-op meter records nothing, and timing
+ * every send for it would cost every send. The next transport asks again.
+ */
 function meterInstruments() {
   const meter = api.metrics.getMeter('nestjs-messenger-native', version);
+  if (meter instanceof api.createNoopMeter().constructor) return undefined;
   return {
     sent: meter.createCounter('messaging.client.sent.messages', {
       description: 'Messages this process sent (stored or failed).',
@@ -114,7 +120,7 @@ class TransportTelemetry {
 function telemetryFor(system, destination) {
   if (api === undefined) return undefined;
   instruments ??= meterInstruments();
-  return new TransportTelemetry(system, destination);
+  return instruments === undefined ? undefined : new TransportTelemetry(system, destination);
 }
 
 /** @param {string} dialect `resolveSqlOptions().dialect` */
