@@ -83,7 +83,7 @@ impl Lane {
             self.hold = Some(self.queue.hold_sends());
         }
         let waiting = self.take_waiting();
-        self.to_runtime_path(waiting);
+        self.queue_on_runtime(waiting);
     }
 
     /// Lets the runtime's sends go once nothing of this lane is in flight.
@@ -183,10 +183,10 @@ impl Lane {
         if !flights.is_empty() {
             self.resend(flights);
         }
-        self.to_runtime_path(waiting);
+        self.queue_on_runtime(waiting);
     }
 
-    fn to_runtime_path(&mut self, sends: Vec<(NewMessage, u32)>) {
+    fn queue_on_runtime(&mut self, sends: Vec<(NewMessage, u32)>) {
         for (message, seq) in sends {
             if let Err(err) = (self.to_runtime)(seq, message) {
                 self.ready.push((seq, Err(err)));
