@@ -14,7 +14,7 @@ const { randomUUID } = require('node:crypto');
 const { ENGINES } = require('./engines');
 const { drainPrefilled } = require('./limit-queue');
 
-const SCRIPTS = path.join(__dirname, '..', 'src', 'redis', 'scripts');
+const SCRIPTS = path.join(__dirname, '..', 'src', 'engines', 'redis', 'scripts');
 /** The transport's default group (lib/options/redis-options.js). */
 const GROUP = 'messenger';
 /** PROMOTE_LIMIT of src/engines/redis/reads.rs. */
