@@ -59,7 +59,7 @@ class NativeTransport {
    */
   constructor(queue, { serializer, name, label, ackMode, messaging, logger }) {
     this.#queue = queue;
-    this.#sends = new SendPipe(queue);
+    this.#sends = new SendPipe(queue, (count) => this.#settles.sendsSettled(count));
     this.#writeBehind = ackMode === 'write-behind';
     this.#serializer = serializer;
     this.#name = name;
@@ -92,8 +92,9 @@ class NativeTransport {
    */
   #queueSend(envelope) {
     const { body, headers, delayMs } = encodeEnvelope(this.#serializer, envelope);
-    const tracked = this.#settles.track(this.#sends.send(body, headers, delayMs));
-    return this.#telemetry ? this.#telemetry.send(tracked) : tracked;
+    const sending = this.#sends.send(body, headers, delayMs);
+    this.#settles.sendQueued();
+    return this.#telemetry ? this.#telemetry.send(sending) : sending;
   }
 
   /**

@@ -18,10 +18,16 @@ class SendPipe {
   /** @type {Map<number, { resolve: (id: string) => void, reject: (error: Error) => void }>} */
   #waiting = new Map();
   #started = false;
+  /** @type {(count: number) => void} */
+  #onSettled;
 
-  /** @param {object} queue the native queue (binding's NativeQueue) */
-  constructor(queue) {
+  /**
+   * @param {object} queue the native queue (binding's NativeQueue)
+   * @param {(count: number) => void} onSettled told how many sends settled, after their promises
+   */
+  constructor(queue, onSettled) {
     this.#queue = queue;
+    this.#onSettled = onSettled;
   }
 
   /**
@@ -39,22 +45,29 @@ class SendPipe {
     }
     const seq = this.#next;
     this.#next = (this.#next + 1) >>> 0;
-    nativeSync(() => this.#queue.sendQueued(seq, body, headers, delayMs));
+    try {
+      this.#queue.sendQueued(seq, body, headers, delayMs);
+    } catch (error) {
+      throw fromNative(error);
+    }
     if (this.#waiting.size === 0) this.#queue.holdLoop(true);
     return new Promise((resolve, reject) => this.#waiting.set(seq, { resolve, reject }));
   }
 
   /** @param {{ seqs: number[], ids: Array<string | null>, errors: Array<string | null> }} settled */
   #settle({ seqs, ids, errors }) {
+    let settled = 0;
     for (let i = 0; i < seqs.length; i += 1) {
       const waiter = this.#waiting.get(seqs[i]);
       if (waiter === undefined) continue;
       this.#waiting.delete(seqs[i]);
+      settled += 1;
       const error = errors[i];
       if (error === null || error === undefined) waiter.resolve(/** @type {string} */ (ids[i]));
       else waiter.reject(fromNative(new Error(error)));
     }
     if (this.#waiting.size === 0) this.#queue.holdLoop(false);
+    if (settled > 0) this.#onSettled(settled);
   }
 }
 

@@ -8,6 +8,8 @@
 class SettleTracker {
   #inFlight = new Set();
   #pending = new Set();
+  /** Sends queued and not settled yet (counted, not tracked one promise each: see `sendQueued`). */
+  #sends = 0;
   #waiters = [];
 
   /** @param {string} id */
@@ -46,6 +48,17 @@ class SettleTracker {
     return promise;
   }
 
+  /** One more send is queued; `sendsSettled` ends it. */
+  sendQueued() {
+    this.#sends += 1;
+  }
+
+  /** @param {number} count sends that settled */
+  sendsSettled(count) {
+    this.#sends -= count;
+    this.#notifyIfDrained();
+  }
+
   /** Resolves when nothing is in flight and nothing is pending. */
   drained() {
     if (this.#isDrained()) return Promise.resolve();
@@ -53,7 +66,7 @@ class SettleTracker {
   }
 
   #isDrained() {
-    return this.#inFlight.size === 0 && this.#pending.size === 0;
+    return this.#inFlight.size === 0 && this.#pending.size === 0 && this.#sends === 0;
   }
 
   #notifyIfDrained() {
