@@ -56,6 +56,7 @@ impl Link {
         if !self.torn_down {
             self.retry_at = Some(Instant::now() + RETRY_AFTER);
         }
+        self.touch_all();
         for (id, lane) in self.lanes.iter_mut() {
             lane.in_flight = 0;
             lane.hand_over(by_lane.remove(id).unwrap_or_default());
@@ -67,16 +68,11 @@ impl Link {
     /// seen in its queue's last error only (no JavaScript is left to settle them for).
     pub(super) fn end_here(&mut self) {
         self.torn_down = true;
-        if let Some(mut timer) = self.timer.take() {
-            timer.close();
-        }
         let mut in_flight: HashMap<LaneId, usize> = HashMap::new();
-        if let Some(mut conn) = self.conn.take() {
-            conn.poll.close();
-            for flight in conn.flights.drain(..) {
-                *in_flight.entry(flight.lane).or_default() += flight.seqs.len();
-            }
+        for flight in self.conn.iter().flat_map(|conn| &conn.flights) {
+            *in_flight.entry(flight.lane).or_default() += flight.seqs.len();
         }
+        self.close_handles();
         for (id, lane) in self.lanes.iter_mut() {
             lane.end_here(in_flight.remove(id).unwrap_or_default());
         }

@@ -109,12 +109,7 @@ pub(super) unsafe fn free_if_unused(link: *mut Link) {
     if !unused {
         return;
     }
-    let _ = LINKS.try_with(|links| {
-        let mut links = links.borrow_mut();
-        if links.get(&key) == Some(&(link as usize)) {
-            links.remove(&key);
-        }
-    });
+    unregister(key, link);
     // SAFETY: the hook is removed (a no-op once it has run) and the handles closed, so
     // nothing can reach the state any more; it came from Box::into_raw in `open_link`.
     unsafe {
@@ -137,6 +132,11 @@ unsafe extern "C" fn on_env_teardown(data: *mut c_void) {
         (*link).key
     };
     // No new lane joins a link whose environment is gone.
+    unregister(key, link);
+}
+
+/// Takes `link` out of this thread's registry (if it is still the one under `key`).
+fn unregister(key: (usize, u64), link: *mut Link) {
     let _ = LINKS.try_with(|links| {
         let mut links = links.borrow_mut();
         if links.get(&key) == Some(&(link as usize)) {

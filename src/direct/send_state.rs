@@ -60,6 +60,11 @@ pub(super) struct Link {
     pub(super) retry_at: Option<Instant>,
     pub(super) lanes: HashMap<LaneId, Lane>,
     pub(super) next_lane: LaneId,
+    /// The lanes that may have settles to report or have finished since the last report
+    /// (every lane when `all_touched`, after a failure): a send's report visits these, not
+    /// every transport of the thread.
+    touched: Vec<LaneId>,
+    all_touched: bool,
     /// The environment is torn down: nothing is sent here any more.
     pub(super) torn_down: bool,
     /// What the loop calls back on the connection's readiness and the timer (see
@@ -88,28 +93,56 @@ impl Link {
             retry_at: None,
             lanes: HashMap::new(),
             next_lane: 0,
+            touched: Vec::new(),
+            all_touched: false,
             torn_down: false,
             on_poll,
             on_timer,
         }
     }
 
-    /// The settles of every lane made since the last report, and where they go; lanes
-    /// that are finished leave.
+    /// Marks a lane as one the next report visits.
+    pub(super) fn touch(&mut self, lane: LaneId) {
+        if !self.touched.contains(&lane) {
+            self.touched.push(lane);
+        }
+    }
+
+    /// Marks every lane (a failure hands all of them over).
+    pub(super) fn touch_all(&mut self) {
+        self.all_touched = true;
+    }
+
+    /// Runs `report` on each touched lane, then lets the finished ones leave.
+    fn visit_touched(&mut self, mut report: impl FnMut(&mut Lane)) {
+        let ids = if std::mem::take(&mut self.all_touched) {
+            self.touched.clear();
+            self.lanes.keys().copied().collect()
+        } else {
+            std::mem::take(&mut self.touched)
+        };
+        for id in ids {
+            let Some(lane) = self.lanes.get_mut(&id) else {
+                continue;
+            };
+            report(lane);
+            if lane.finished() {
+                self.lanes.remove(&id);
+            }
+        }
+    }
+
+    /// The settles of the touched lanes made since the last report, and where they go;
+    /// lanes that are finished leave.
     pub(super) fn take_ready(&mut self) -> Vec<Ready> {
-        let ready = self
-            .lanes
-            .values_mut()
-            .filter_map(Lane::take_ready)
-            .collect();
-        self.lanes.retain(|_, lane| !lane.finished());
+        let mut ready = Vec::new();
+        self.visit_touched(|lane| ready.extend(lane.take_ready()));
         ready
     }
 
     /// Reports the settles made during a napi call through each lane's threadsafe callback.
     pub(super) fn report_queued(&mut self) {
-        self.lanes.values_mut().for_each(Lane::report_queued);
-        self.lanes.retain(|_, lane| !lane.finished());
+        self.visit_touched(Lane::report_queued);
     }
 
     pub(super) fn try_send(
@@ -124,6 +157,7 @@ impl Link {
         if lane.closed || self.torn_down || message.delay_ms > 0.0 {
             return Ok(Some(message));
         }
+        self.touch(lane_id);
         self.adopt_connection();
         if self.conn.is_none() {
             self.start_connecting(lane_id);
@@ -330,7 +364,7 @@ impl Link {
             // Bytes no batch asked for would be taken for the next batch's reply.
             ended |= !conn.received.is_empty();
         }
-        let mut touched = Vec::with_capacity(answered.len());
+        let mut answered_lanes = Vec::with_capacity(answered.len());
         for (flight, outcome) in answered {
             let Some(lane) = self.lanes.get_mut(&flight.lane) else {
                 continue;
@@ -341,16 +375,17 @@ impl Link {
                 Outcome::Failed(err) => lane.settle(flight.seqs, Err(err)),
                 Outcome::NotRun => {}
             }
-            if !touched.contains(&flight.lane) {
-                touched.push(flight.lane);
+            if !answered_lanes.contains(&flight.lane) {
+                answered_lanes.push(flight.lane);
             }
+            self.touch(flight.lane);
         }
         if ended {
             // Bytes the server sent for no batch, the connection's end, or a batch not run.
             self.fail();
         } else {
             // The sends that piled up behind each reply go as their lane's next batch.
-            for lane in touched {
+            for lane in answered_lanes {
                 self.write_next(lane);
             }
         }

@@ -98,14 +98,15 @@ impl DirectSends {
         taken
     }
 
-    /// No more direct sends from this queue. Its batches in flight and the sends waiting
-    /// behind them still go on the connection, and the queue's later sends on the runtime's
-    /// path wait for them (a hold), so that none overtakes them.
+    /// No more direct sends from this queue. Its batches in flight still settle on the
+    /// connection; the sends waiting behind them, and every later one, take the runtime's
+    /// path and wait there for them (a hold), so that none overtakes them.
     pub fn shut(&self) {
         let Some(link) = self.link() else { return };
         if let Some(lane) = link.lanes.get_mut(&self.lane) {
             lane.shut();
         }
+        link.touch(self.lane);
         link.report_queued();
     }
 }
@@ -127,6 +128,7 @@ impl Drop for DirectSends {
                 lane.shut();
                 lane.detached = true;
             }
+            link.touch(self.lane);
             link.report_queued();
         }
         // SAFETY: no borrow of the link is alive; on its thread.
