@@ -8,7 +8,7 @@
 
 const { InvalidArgumentError } = require('@schally/nestjs-messenger');
 const { redis, uniqueName } = require('../support/engines');
-const { startProxy, viaProxy } = require('../faults/support/proxy');
+const { peakConnections, startProxy, viaProxy } = require('../faults/support/proxy');
 const {
   envelopeOf,
   pollUntil,
@@ -39,20 +39,6 @@ afterAll(async () => {
 const transportOn = (stream, options = {}) =>
   new redis.Transport({ dsn, stream, serializer: serializer(), ...options });
 
-/** Runs `work` while sampling the proxy's live connections; resolves the peak. */
-async function peakDuring(work) {
-  let peak = 0;
-  const sampler = setInterval(() => {
-    peak = Math.max(peak, proxy.connections);
-  }, 2);
-  try {
-    await work();
-  } finally {
-    clearInterval(sampler);
-  }
-  return Math.max(peak, proxy.connections);
-}
-
 describe.each([
   { budget: 3, reads: 'no consumer reads on its own: all of them share one read' },
   { budget: 5, reads: 'two consumers read on their own, the rest share' },
@@ -62,7 +48,7 @@ describe.each([
     const transports = Array.from({ length: STREAMS }, (_, i) => transportOn(`${prefix}-${i}`, { maxConnections: budget }));
     const loops = transports.map((t) => startAckingConsumer(t));
     try {
-      const peak = await peakDuring(async () => {
+      const peak = await peakConnections(proxy, async () => {
         await sleep(300);
         const lanes = Array.from({ length: SENDERS }, async (_, lane) => {
           for (let i = lane; i < MESSAGES; i += SENDERS) {

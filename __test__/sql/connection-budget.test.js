@@ -8,7 +8,7 @@
 
 const { InvalidArgumentError } = require('@schally/nestjs-messenger');
 const { postgres, mysql, uniqueName } = require('../support/engines');
-const { startProxy, viaProxy } = require('../faults/support/proxy');
+const { peakConnections, startProxy, viaProxy } = require('../faults/support/proxy');
 const {
   envelopeOf,
   pollUntil,
@@ -50,27 +50,25 @@ describe.each(ENGINES)('$engine.name: maxConnections', ({ engine, budget, smalle
   it(`holds every connection of ${QUEUES} busy consumers and ${SENDERS} concurrent senders within ${budget}`, async () => {
     const consumers = Array.from({ length: QUEUES }, (_, i) => transportOn(`q${i}`));
     const loops = consumers.map((t) => startAckingConsumer(t));
-    let peak = 0;
-    const sampler = setInterval(() => {
-      peak = Math.max(peak, proxy.connections);
-    }, 2);
+    let peak;
     try {
-      const sender = transportOn('q0');
-      const ids = Array.from({ length: MESSAGES }, (_, i) => i);
-      const lanes = Array.from({ length: SENDERS }, async (_, lane) => {
-        for (let i = lane; i < ids.length; i += SENDERS) {
-          await consumers[i % QUEUES].send(envelopeOf(`m${i}`));
-        }
+      peak = await peakConnections(proxy, async () => {
+        const sender = transportOn('q0');
+        const ids = Array.from({ length: MESSAGES }, (_, i) => i);
+        const lanes = Array.from({ length: SENDERS }, async (_, lane) => {
+          for (let i = lane; i < ids.length; i += SENDERS) {
+            await consumers[i % QUEUES].send(envelopeOf(`m${i}`));
+          }
+        });
+        await Promise.all(lanes);
+        const all = await pollUntil(() => loops.reduce((n, l) => n + l.received.length, 0) === MESSAGES, {
+          timeoutMs: 60000,
+        });
+        expect(all).toBe(true);
+        expect(loops.every((l) => l.error === undefined)).toBe(true);
+        await sender.close();
       });
-      await Promise.all(lanes);
-      const all = await pollUntil(() => loops.reduce((n, l) => n + l.received.length, 0) === MESSAGES, {
-        timeoutMs: 60000,
-      });
-      expect(all).toBe(true);
-      expect(loops.every((l) => l.error === undefined)).toBe(true);
-      await sender.close();
     } finally {
-      clearInterval(sampler);
       await Promise.all(loops.map((l) => settleWithin(l.stop(), 5000).catch(() => {})));
       await Promise.all(consumers.map((t) => settleWithin(t.close(), 5000).catch(() => {})));
     }

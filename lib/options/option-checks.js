@@ -73,4 +73,13 @@ function ackModeOf(options) {
   return mode;
 }
 
-module.exports = { nonNegativeNumber, positiveNumber, wellFormed, ackModeOf, sendBacklogOf, SEND_BACKLOG_DEFAULTS };
+/** The `maxConnections` option: undefined (the engine's default) or a positive integer. */
+function connectionBudgetOf(options) {
+  const maxConnections = options.maxConnections;
+  if (maxConnections !== undefined && !(Number.isInteger(maxConnections) && maxConnections >= 1 && maxConnections <= 65535)) {
+    throw invalidArgument(`Invalid maxConnections ${String(maxConnections)}: expected a positive integer.`);
+  }
+  return maxConnections;
+}
+
+module.exports = { nonNegativeNumber, positiveNumber, wellFormed, ackModeOf, sendBacklogOf, connectionBudgetOf, SEND_BACKLOG_DEFAULTS };

@@ -3,7 +3,7 @@
 const { randomUUID } = require('node:crypto');
 const { JsonSerializer } = require('@schally/nestjs-messenger');
 const { invalidArgument } = require('../native/errors');
-const { ackModeOf, nonNegativeNumber, positiveNumber, sendBacklogOf, wellFormed } = require('./option-checks');
+const { ackModeOf, connectionBudgetOf, nonNegativeNumber, positiveNumber, sendBacklogOf, wellFormed } = require('./option-checks');
 const { loggerOf } = require('../telemetry/event-log');
 const { redisConnectionOf } = require('./redis-connection-options');
 
@@ -31,10 +31,7 @@ function resolveRedisOptions(options) {
   if (options === null || typeof options !== 'object') {
     throw invalidArgument('RedisStreamsTransport options must be an object with a dsn and a stream.');
   }
-  const maxConnections = options.maxConnections;
-  if (maxConnections !== undefined && !(Number.isInteger(maxConnections) && maxConnections >= 1 && maxConnections <= 65535)) {
-    throw invalidArgument(`Invalid maxConnections ${String(maxConnections)}: expected a positive integer.`);
-  }
+  const maxConnections = connectionBudgetOf(options);
   if (maxConnections !== undefined && options.cluster === true) {
     throw invalidArgument(
       'maxConnections applies to a single Redis node: on a cluster each idle consumer blocks on a read of its own at its stream\'s node (docs/operations.md, "Connections").',

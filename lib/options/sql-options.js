@@ -1,7 +1,7 @@
 'use strict';
 
 const { JsonSerializer } = require('@schally/nestjs-messenger');
-const { ackModeOf, nonNegativeNumber, positiveNumber, sendBacklogOf, wellFormed } = require('./option-checks');
+const { ackModeOf, connectionBudgetOf, nonNegativeNumber, positiveNumber, sendBacklogOf, wellFormed } = require('./option-checks');
 const { checkSqlNames, sqlDialectOf } = require('../native/addon');
 const { invalidArgument, nativeSync } = require('../native/errors');
 const { loggerOf } = require('../telemetry/event-log');
@@ -52,10 +52,7 @@ function resolveSqlOptions(options) {
   if (listenDsn !== undefined && !facts.pushWakeup) {
     throw invalidArgument(`listenDsn applies only to PostgreSQL; remove it for a ${facts.label} DSN.`);
   }
-  const maxConnections = options.maxConnections;
-  if (maxConnections !== undefined && !(Number.isInteger(maxConnections) && maxConnections >= 1 && maxConnections <= 65535)) {
-    throw invalidArgument(`Invalid maxConnections ${String(maxConnections)}: expected a positive integer.`);
-  }
+  const maxConnections = connectionBudgetOf(options);
   return {
     dialect: facts.dialect,
     dsn,

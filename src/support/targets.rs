@@ -1,10 +1,24 @@
 //! What every engine (SQL and Redis) shares per process and connection target: one registry
 //! entry per DSN (so all transports on a DSN use one pool), and a first-connection probe.
 
-use crate::support::error::Result;
+use crate::support::error::{Error, Result};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
+
+/// Whether a transport that asks for `asked` connections (`maxConnections`, if it named one)
+/// may join a live target whose budget is `live`: one budget per process and DSN, so another
+/// value is refused and none joins.
+pub fn same_budget(asked: Option<u32>, live: u32) -> Result<()> {
+    match asked {
+        Some(asked) if asked != live => Err(Error::invalid_argument(format!(
+            "maxConnections {asked} differs from the {live} that the transports already open on \
+             this DSN share (one budget per process and DSN): give every transport on it the \
+             same maxConnections, or leave it out."
+        ))),
+        _ => Ok(()),
+    }
+}
 
 /// Process-wide map from a DSN to its shared target and how many open queues use it. The
 /// map holds the target weakly: a queue dropped without close() does not keep it alive.

@@ -292,4 +292,18 @@ function viaProxy(dsn, proxy) {
   return url.toString();
 }
 
-module.exports = { startProxy, viaProxy, freePort };
+/** Runs `work` while sampling `proxy`'s live connections every 2 ms; resolves the peak. */
+async function peakConnections(proxy, work) {
+  let peak = 0;
+  const sampler = setInterval(() => {
+    peak = Math.max(peak, proxy.connections);
+  }, 2);
+  try {
+    await work();
+  } finally {
+    clearInterval(sampler);
+  }
+  return Math.max(peak, proxy.connections);
+}
+
+module.exports = { startProxy, viaProxy, freePort, peakConnections };

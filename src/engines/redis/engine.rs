@@ -111,9 +111,8 @@ impl Engine for RedisQueue {
                 if idle.among <= self.shared.reads.own_reads() && self.keep_own_read() {
                     self.block_once(cancel, 64).await
                 } else {
-                    // Its own read's connection is not kept while it shares.
-                    *self.blocking.lock().await = None;
-                    self.drop_own_read();
+                    // Its own read is not kept while it shares.
+                    self.drop_own_read().await;
                     self.wait_shared(seen, cancel).await
                 }
             };
@@ -291,8 +290,7 @@ impl Engine for RedisQueue {
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            *self.blocking.lock().await = None;
-            self.drop_own_read();
+            self.drop_own_read().await;
             self.leave_shared().await;
         })
     }

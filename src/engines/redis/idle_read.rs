@@ -218,14 +218,11 @@ impl IdleRead {
         }
     }
 
-    /// Drops the streams that lingered past `LINGER` with no idle consumer; whether any did.
-    fn prune(&self) -> bool {
-        let mut state = self.state();
-        let before = state.streams.len();
-        state
+    /// Drops the streams that lingered past `LINGER` with no idle consumer.
+    fn prune(&self) {
+        self.state()
             .streams
             .retain(|_, c| c.left_at.is_none_or(|left| left.elapsed() < LINGER));
-        state.streams.len() != before
     }
 
     /// Polls this deployment ran for its idle consumers.

@@ -141,8 +141,9 @@ impl RedisQueue {
         slot.is_some()
     }
 
-    /// Gives this consumer's own read back to the budget (its connection is dropped too).
-    pub(super) fn drop_own_read(&self) {
+    /// Drops this consumer's own read's connection and gives its slot back to the budget.
+    pub(super) async fn drop_own_read(&self) {
+        *self.blocking.lock().await = None;
         *self.read_slot.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 

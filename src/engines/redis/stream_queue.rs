@@ -18,7 +18,7 @@ use super::slot;
 use crate::queue::wake::{WakeBoard, WakeSignal};
 use crate::support::dsn::RedisDsn;
 use crate::support::error::{Cause, Error, Result};
-use crate::support::targets::Targets;
+use crate::support::targets::{same_budget, Targets};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
@@ -159,17 +159,7 @@ impl RedisQueue {
             ));
         }
         let asked = config.max_connections;
-        let fits = |live: &RedisShared| match asked {
-            Some(asked) if asked != live.reads.max_connections => {
-                Err(Error::invalid_argument(format!(
-                    "maxConnections {asked} differs from the {} that the transports already open \
-                     on this DSN share (one budget per process and DSN): give every transport \
-                     on it the same maxConnections, or leave it out.",
-                    live.reads.max_connections
-                )))
-            }
-            _ => Ok(()),
-        };
+        let fits = |live: &RedisShared| same_budget(asked, live.reads.max_connections);
         let shared = TARGETS.join_if(&key, fits, || {
             Ok(RedisShared {
                 key: key.clone(),

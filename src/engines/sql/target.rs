@@ -17,7 +17,7 @@ use super::table_poller::{PollTarget, TablePollers};
 use crate::queue::wake::WakeBoard;
 use crate::support::dsn::SqlDsn;
 use crate::support::error::{Error, Result};
-use crate::support::targets::{FirstContact, Targets};
+use crate::support::targets::{same_budget, FirstContact, Targets};
 use futures_util::future::BoxFuture;
 use sqlx::pool::{PoolConnection, PoolConnectionMetadata, PoolOptions};
 use sqlx::{ConnectOptions, Connection, Database, Pool};
@@ -97,15 +97,7 @@ impl<D: Connector> SqlTarget<D> {
     ) -> Result<Arc<Self>> {
         let key = D::target_key(dsn, connect_timeout)?;
         let budget = max_connections.unwrap_or(D::DEFAULT_MAX_CONNECTIONS);
-        let fits = |live: &Self| match max_connections {
-            Some(asked) if asked != live.max_connections => Err(Error::invalid_argument(format!(
-                "maxConnections {asked} differs from the {} that the transports already open on \
-                 this DSN share (one budget per process and DSN): give every transport on it \
-                 the same maxConnections, or leave it out.",
-                live.max_connections
-            ))),
-            _ => Ok(()),
-        };
+        let fits = |live: &Self| same_budget(max_connections, live.max_connections);
         registry.join_if(&key.clone(), fits, || {
             let board = Arc::new(WakeBoard::default());
             let OpenedTarget { pool, probe, extra } =
