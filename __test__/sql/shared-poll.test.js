@@ -200,3 +200,104 @@ describe.each(POLLING)('$label: one poll per table serves every idle queue', ({ 
   }, 30000);
 });
 
+
+describe.each(POLLING)('$label: the shared poll names any queue', ({ engine, options: engineOptions }) => {
+  it('a queue whose name has quotes, backslashes and non-ASCII letters is polled and woken', async () => {
+    await engine.requireServer();
+    const directDsn = engine.name === 'sqlite' ? engine.runDsn('nmn-shared-poll-names') : engine.dsn;
+    const tableName = uniqueName('poll_names');
+    const queueName = `it's "é" \\ ${uniqueName('q')}`;
+    const options = { dsn: directDsn, tableName, pollIntervalMs: POLL_MS, serializer: new JsonSerializer([M]), ...engineOptions };
+    const idle = [queueName, 'plain'].map((name) => new engine.Transport({ ...options, queueName: name }));
+    const received = [];
+    const controller = new AbortController();
+    const loops = idle.map((t) =>
+      (async () => {
+        for await (const envelope of t.get(controller.signal)) {
+          received.push(envelope.message.id);
+          await t.ack(envelope);
+        }
+      })(),
+    );
+    try {
+      await pollUntil(() => idle.every((t) => t.stats().emptyClaims >= 1), { timeoutMs: 10000 });
+      const before = idle.map((t) => t.stats().emptyClaims);
+      await sleep(10 * POLL_MS);
+      // The poll answered for both queues: neither was woken to claim for nothing (a failed
+      // poll wakes every consumer, each interval).
+      expect(idle.map((t, i) => t.stats().emptyClaims - before[i])).toEqual([0, 0]);
+      inAnotherProcess(directDsn, { tableName, queueName, options: engineOptions }, `
+        await t.send(new Envelope(new M('odd-name')));
+        await t.close();
+      `);
+      expect(await pollUntil(() => received.length === 1, { timeoutMs: DELIVERY_BOUND_MS })).toBe(true);
+      expect(received).toEqual(['odd-name']);
+    } finally {
+      controller.abort();
+      await Promise.all(loops.map((done) => settleWithin(done, 5000).catch(() => {})));
+      await Promise.all(idle.map((t) => settleWithin(t.close(), 5000).catch(() => {})));
+      if (engine.name === 'sqlite') engine.removeRunDsn(directDsn);
+      else await engine.admin(directDsn).query(`DROP TABLE IF EXISTS ${tableName}`);
+    }
+  }, 30000);
+});
+
+describe('mysql: the shared poll compares names as the table does', () => {
+  it.each([
+    ['utf8mb3', 'utf8mb3_general_ci'],
+    ['latin1', 'latin1_swedish_ci'],
+    ['utf8mb4', 'utf8mb4_bin'],
+  ])("a migration's %s table (%s): a row stored under another case reaches the consumer whose claim takes it", async (charset, collation) => {
+    await mysql.requireServer();
+    const tableName = uniqueName('poll_collation');
+    await mysql.admin().query(
+      `CREATE TABLE ${tableName} (id BIGINT AUTO_INCREMENT PRIMARY KEY, body LONGTEXT NOT NULL, headers LONGTEXT NOT NULL, ` +
+        `queue_name VARCHAR(190) NOT NULL, created_at DATETIME(3) NOT NULL, available_at DATETIME(3) NOT NULL, delivered_at DATETIME(3) NULL, ` +
+        `INDEX ${tableName}_claim_idx (queue_name, available_at, delivered_at, id)) ENGINE=InnoDB DEFAULT CHARSET=${charset} COLLATE=${collation}`,
+    );
+    const options = { dsn: mysql.dsn, tableName, pollIntervalMs: POLL_MS, serializer: new JsonSerializer([M]) };
+    const idle = ['Orders', 'mail', 'audit'].map((queueName) => namedTransport(options, queueName));
+    const received = new Map(idle.map((t) => [t.queueName, []]));
+    const controller = new AbortController();
+    const loops = idle.map((t) =>
+      (async () => {
+        for await (const envelope of t.transport.get(controller.signal)) {
+          received.get(t.queueName).push(envelope.message.id);
+          await t.transport.ack(envelope);
+        }
+      })(),
+    );
+    try {
+      await pollUntil(() => idle.every((t) => t.transport.stats().emptyClaims >= 1), { timeoutMs: 10000 });
+      const before = idle.map((t) => t.transport.stats().emptyClaims);
+      await sleep(10 * POLL_MS);
+      // The poll answered (a failed one wakes every consumer each interval, to claim for nothing).
+      expect(idle.map((t, i) => t.transport.stats().emptyClaims - before[i])).toEqual([0, 0, 0]);
+      inAnotherProcess(mysql.dsn, { tableName, queueName: 'orders', options: {} }, `
+        await t.send(new Envelope(new M('lowercase')));
+        await t.close();
+      `);
+      const caseInsensitive = !collation.endsWith('_bin');
+      if (caseInsensitive) {
+        // `orders` is `Orders` to this table: the claim of the consumer on `Orders` takes it.
+        expect(await pollUntil(() => received.get('Orders').length === 1, { timeoutMs: DELIVERY_BOUND_MS })).toBe(true);
+        expect(received.get('Orders')).toEqual(['lowercase']);
+      } else {
+        await sleep(5 * POLL_MS);
+        expect(received.get('Orders')).toEqual([]);
+      }
+      expect(received.get('mail')).toEqual([]);
+      expect(received.get('audit')).toEqual([]);
+    } finally {
+      controller.abort();
+      await Promise.all(loops.map((done) => settleWithin(done, 5000).catch(() => {})));
+      await Promise.all(idle.map((t) => settleWithin(t.transport.close(), 5000).catch(() => {})));
+      await mysql.admin().query(`DROP TABLE IF EXISTS ${tableName}`);
+    }
+  }, 30000);
+});
+
+/** A MySQL transport on `queueName`, with its name beside it. */
+function namedTransport(options, queueName) {
+  return { queueName, transport: new mysql.Transport({ ...options, queueName }) };
+}

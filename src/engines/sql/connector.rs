@@ -8,7 +8,7 @@
 //! ([`super::errors`]): it names no connection target and no queue, so that the target
 //! (`super::target`) can be written over this trait.
 
-use super::driver::Driver;
+use super::driver::{Driver, DueRow, SqlResult};
 use super::errors::Failure;
 use crate::queue::wake::WakeBoard;
 use crate::support::dsn::SqlDsn;
@@ -36,7 +36,7 @@ pub struct DialectFacts {
     /// Idle consumers can be woken by the database itself (PostgreSQL LISTEN/NOTIFY).
     pub push_wakeup: bool,
     /// Idle consumers of a table that are not woken by the database (no push wake-up, or it
-    /// is off or down) share one poll per interval ([`Connector::due_by_queue`]).
+    /// is off or down) share one poll per interval ([`Connector::poll_due`]).
     pub shared_poll: bool,
     /// A server is contacted (an embedded database has nothing to probe).
     pub has_server: bool,
@@ -135,11 +135,27 @@ pub trait Connector: Sized + Send + Sync + 'static {
     /// The statements of one table (already allowlisted).
     fn statements(table: &str, notify: bool) -> (TableStatements, Self::Statements);
 
-    /// With [`DialectFacts::shared_poll`]: the one statement that tells, for each of `queues`
-    /// (a non-empty list) that has rows in `table`, when its next row is due, as
-    /// `(queue_name, free_ms, held_ms)` rows (see [`super::driver::DueRow`]).
-    fn due_by_queue(_table: &str, _queues: &[&str]) -> String {
+    /// With [`DialectFacts::shared_poll`]: the one statement that tells, for each queue its one
+    /// parameter names (a JSON array of names) that has rows in `table`, when its next row is
+    /// due, as `(queue_name, free_ms, held_ms)` rows (see [`super::driver::DueRow`]). A
+    /// dialect whose statement depends on the table's catalog writes [`Connector::poll_due`]
+    /// instead.
+    fn due_by_queue(_table: &str) -> String {
         String::new()
+    }
+
+    /// Runs the shared poll of `table` for the queues `names` lists (a JSON array), on `conn`
+    /// (one attempt).
+    fn poll_due<'a>(
+        conn: &'a mut DialectConnection<Self>,
+        extra: &'a Self::Extra,
+        table: &'a str,
+        names: &'a str,
+    ) -> BoxFuture<'a, SqlResult<Vec<DueRow>>> {
+        Box::pin(async move {
+            let sql = Self::due_by_queue(table);
+            Self::Db::fetch_due(conn, &sql, names, Self::transaction_pooled(extra)).await
+        })
     }
 
     /// A server error in the shared kinds, by the dialect's own codes.

@@ -101,11 +101,13 @@ pub trait Driver: Database + HasStatementCache {
     /// Rows of `(id, token)`: the claims a renewal renewed, with their new tokens.
     fn fetch_held(pool: &Pool<Self>, sql: String) -> BoxFuture<'_, SqlResult<Vec<Held>>>;
 
-    /// Rows of `(queue_name, free_ms, held_ms)` from statement text with its values inlined,
-    /// on `conn` (the text varies with the queues polled: it is not kept prepared).
+    /// Rows of `(queue_name, free_ms, held_ms)` from a shared poll's statement with its one
+    /// parameter, `names`, bound, on `conn` (see `rows_on` for `in_transaction`).
     fn fetch_due<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c str,
+        names: &'c str,
+        in_transaction: bool,
     ) -> BoxFuture<'c, SqlResult<Vec<DueRow>>>;
 
     /// Runs statement text with nothing bound (inlined integer id lists, or a script of
@@ -222,9 +224,12 @@ where
     fn fetch_due<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c str,
+        names: &'c str,
+        in_transaction: bool,
     ) -> BoxFuture<'c, SqlResult<Vec<DueRow>>> {
         Box::pin(async move {
-            let rows = conn.fetch_all(sqlx::raw_sql(sql)).await?;
+            let query = sqlx::query::<DB>(sql).bind(names);
+            let rows = rows_on(conn, in_transaction, query).await?;
             rows.iter()
                 .map(|row| {
                     Ok(DueRow {

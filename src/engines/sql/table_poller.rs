@@ -41,11 +41,13 @@ pub trait PollTarget: Send + Sync + 'static {
     fn pollers(&self) -> &TablePollers;
     /// Where the target's idle consumers wait.
     fn board(&self) -> &WakeBoard;
-    /// The one statement that tells, for each of `queues` with rows in `table`, when its next
-    /// row is due.
-    fn due_by_queue(&self, table: &str, queues: &[&str]) -> String;
-    /// Runs that statement (one attempt).
-    fn fetch_due<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, SqlResult<Vec<DueRow>>>;
+    /// Runs the table's one statement (one attempt): for each queue `names` lists (a JSON
+    /// array) that has rows in `table`, when its next row is due.
+    fn fetch_due<'a>(
+        &'a self,
+        table: &'a str,
+        names: &'a str,
+    ) -> BoxFuture<'a, SqlResult<Vec<DueRow>>>;
     /// How long a poll may take before it counts as failed.
     fn poll_bound(&self) -> Duration;
     /// Hears that a poll failed (a failure may make pooled connections suspect).
@@ -94,9 +96,7 @@ pub fn watch<T: PollTarget>(target: &Arc<T>, table: &str, idle: IdleQueue) -> Id
     let (id, start, shorter) = {
         let mut state = poller.lock();
         let shorter = state.interval().is_some_and(|i| idle.interval < i);
-        state.next_id += 1;
-        let id = state.next_id;
-        state.watchers.insert(id, idle);
+        let id = state.register(idle);
         let start = !state.running;
         state.running = true;
         (id, start, shorter)
@@ -132,7 +132,7 @@ impl IdleWatch {
 
 impl Drop for IdleWatch {
     fn drop(&mut self) {
-        self.poller.lock().watchers.remove(&self.id);
+        self.poller.lock().unregister(self.id);
     }
 }
 
@@ -148,6 +148,8 @@ pub struct TablePoller {
 struct PollState {
     watchers: HashMap<u64, IdleQueue>,
     next_id: u64,
+    /// What the watchers ask the poll for, built again only when one comes or goes.
+    plan: Option<Arc<Plan>>,
     /// A task is running (set and cleared under the lock, so a registration never finds a
     /// task that is about to leave).
     running: bool,
@@ -157,17 +159,54 @@ struct PollState {
     answered_at: Option<Instant>,
 }
 
-impl PollState {
-    /// The registered queues, each with the shortest lease any of its consumers gave.
-    fn queues(&self) -> HashMap<&str, Duration> {
-        let mut queues: HashMap<&str, Duration> = HashMap::new();
-        for w in self.watchers.values() {
-            queues
-                .entry(w.queue.as_str())
+/// The registered queues, as every poll asks for them until a registration changes: each with
+/// the shortest lease any of its consumers gave, and their names as the poll's parameter.
+struct Plan {
+    leases: HashMap<String, Duration>,
+    /// A JSON array of the names, sorted.
+    names: String,
+}
+
+impl Plan {
+    fn of(watchers: &HashMap<u64, IdleQueue>) -> Self {
+        let mut leases: HashMap<String, Duration> = HashMap::new();
+        for w in watchers.values() {
+            leases
+                .entry(w.queue.clone())
                 .and_modify(|lease| *lease = (*lease).min(w.lease))
                 .or_insert(w.lease);
         }
-        queues
+        let mut sorted: Vec<&str> = leases.keys().map(String::as_str).collect();
+        sorted.sort_unstable();
+        // A list of strings always serializes; the fallback is the empty list.
+        let names = serde_json::to_string(&sorted).unwrap_or_else(|_| "[]".to_owned());
+        Self { leases, names }
+    }
+}
+
+impl PollState {
+    fn register(&mut self, idle: IdleQueue) -> u64 {
+        self.next_id += 1;
+        self.watchers.insert(self.next_id, idle);
+        self.plan = None;
+        self.next_id
+    }
+
+    fn unregister(&mut self, id: u64) {
+        if self.watchers.remove(&id).is_some() {
+            self.plan = None;
+        }
+    }
+
+    fn plan(&mut self) -> Arc<Plan> {
+        self.plan
+            .get_or_insert_with(|| Arc::new(Plan::of(&self.watchers)))
+            .clone()
+    }
+
+    /// The registered queues' names.
+    fn queue_names(&mut self) -> Vec<String> {
+        self.plan().leases.keys().cloned().collect()
     }
 
     fn interval(&self) -> Option<Duration> {
@@ -200,11 +239,8 @@ impl PollState {
     /// matched it to one, say `Orders` for `orders`) counts for every registered queue, so that
     /// no consumer misses a row its claim would take.
     fn apply(&mut self, rows: &[DueRow], answered: Instant) -> Vec<String> {
-        let queues: HashMap<String, Duration> = self
-            .queues()
-            .into_iter()
-            .map(|(q, lease)| (q.to_owned(), lease))
-            .collect();
+        let plan = self.plan();
+        let queues = &plan.leases;
         let mut now = Vec::new();
         for row in rows {
             let targets: Vec<(&String, &Duration)> = match queues.get_key_value(&row.queue) {
@@ -321,17 +357,20 @@ async fn run<T: PollTarget>(target: Weak<T>, poller: Arc<TablePoller>, stop: Can
 /// One statement for every registered queue; on failure every registered consumer is woken
 /// to claim (and meet the failure itself).
 async fn poll_once<T: PollTarget>(target: &T, poller: &TablePoller) {
-    let sql = {
-        let state = poller.lock();
-        let mut names: Vec<&str> = state.queues().into_keys().collect();
-        if names.is_empty() {
+    let plan = {
+        let mut state = poller.lock();
+        let plan = state.plan();
+        if plan.leases.is_empty() {
             return;
         }
-        names.sort_unstable();
-        target.due_by_queue(&poller.table, &names)
+        plan
     };
     poller.polls.fetch_add(1, Ordering::Relaxed);
-    let answer = tokio::time::timeout(target.poll_bound(), target.fetch_due(&sql)).await;
+    let answer = tokio::time::timeout(
+        target.poll_bound(),
+        target.fetch_due(&poller.table, &plan.names),
+    )
+    .await;
     let wake_now = {
         let mut state = poller.lock();
         match answer {
@@ -342,9 +381,9 @@ async fn poll_once<T: PollTarget>(target: &T, poller: &TablePoller) {
             }
             Ok(Err(err)) => {
                 target.poll_failed(&err);
-                state.queues().into_keys().map(str::to_owned).collect()
+                state.queue_names()
             }
-            Err(_) => state.queues().into_keys().map(str::to_owned).collect(),
+            Err(_) => state.queue_names(),
         }
     };
     poller.wake(target.board(), &wake_now);
@@ -372,8 +411,8 @@ mod tests {
 
     fn state_of(watchers: &[IdleQueue]) -> PollState {
         let mut state = PollState::default();
-        for (i, w) in watchers.iter().enumerate() {
-            state.watchers.insert(i as u64, w.clone());
+        for w in watchers {
+            state.register(w.clone());
         }
         state
     }
@@ -429,9 +468,22 @@ mod tests {
     fn the_shortest_interval_and_lease_win() {
         let mut fast = idle("a", 5);
         fast.interval = Duration::from_millis(20);
-        let state = state_of(&[idle("a", 60), fast]);
+        let mut state = state_of(&[idle("a", 60), fast]);
         assert_eq!(state.interval(), Some(Duration::from_millis(20)));
-        assert_eq!(state.queues().get("a"), Some(&Duration::from_secs(5)));
+        assert_eq!(state.plan().leases.get("a"), Some(&Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn the_plan_is_built_again_only_when_a_consumer_comes_or_goes() {
+        let mut state = state_of(&[idle("b", 60), idle("a", 60), idle("it's \"é\"", 60)]);
+        let first = state.plan();
+        assert_eq!(first.names, r#"["a","b","it's \"é\""]"#);
+        assert!(Arc::ptr_eq(&first, &state.plan()));
+        let id = state.register(idle("c", 60));
+        assert_eq!(state.plan().names, r#"["a","b","c","it's \"é\""]"#);
+        state.unregister(id);
+        assert_eq!(state.plan().names, first.names);
+        assert!(!Arc::ptr_eq(&first, &state.plan()));
     }
 
     #[test]

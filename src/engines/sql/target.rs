@@ -10,7 +10,7 @@
 
 use super::claim_doubt::RecentClaims;
 use super::connector::{Connector, DialectConnectOptions, OpenedTarget};
-use super::driver::{Driver, DueRow, Runner, SqlResult};
+use super::driver::{DueRow, Runner, SqlResult};
 use super::errors::{driver_error, no_answer, outcome_unknown, Failure};
 use super::kept_connection::KeptConnection;
 use super::table_poller::{PollTarget, TablePollers};
@@ -289,21 +289,21 @@ impl<D: Connector> PollTarget for SqlTarget<D> {
         &self.board
     }
 
-    fn due_by_queue(&self, table: &str, queues: &[&str]) -> String {
-        D::due_by_queue(table, queues)
-    }
-
     /// On a server, on the connection claims keep (see `KeptConnection`): the claim a poll
     /// wakes finds it, and a poll every interval keeps no other connection open.
-    fn fetch_due<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, SqlResult<Vec<DueRow>>> {
+    fn fetch_due<'a>(
+        &'a self,
+        table: &'a str,
+        names: &'a str,
+    ) -> BoxFuture<'a, SqlResult<Vec<DueRow>>> {
         Box::pin(async move {
             if !D::FACTS.has_server {
                 let mut conn = self.pool.acquire().await?;
-                return D::Db::fetch_due(&mut conn, sql).await;
+                return D::poll_due(&mut conn, &self.extra, table, names).await;
             }
             let kept = &self.claim_connection;
             let mut conn = kept.take(&self.pool).await?;
-            let rows = D::Db::fetch_due(&mut conn, sql).await?;
+            let rows = D::poll_due(&mut conn, &self.extra, table, names).await?;
             // Once the target closes, a kept connection would hold its pool's close.
             if !self.pollers.stop.is_cancelled() {
                 kept.keep(conn);

@@ -5,6 +5,7 @@
 
 mod errors;
 mod insert;
+mod name_column;
 mod statements;
 mod text_columns;
 mod version;
@@ -14,7 +15,7 @@ use crate::engines::sql::connector::{
     Connector, ContactError, DialectConnection, DialectFacts, OpenedTarget, TableStatements,
 };
 use crate::engines::sql::dialect::SqlDialect;
-use crate::engines::sql::driver::{Driver, SqlResult};
+use crate::engines::sql::driver::{Driver, DueRow, SqlResult};
 use crate::engines::sql::errors::Failure;
 use crate::engines::sql::ids::{held_condition, id_list, HeldRow};
 use crate::engines::sql::queue_context::QueueContext;
@@ -47,6 +48,8 @@ pub struct MySqlExtra {
     max_packet: AtomicU64,
     id_step: AtomicU64,
     text_columns: text_columns::TextColumns,
+    /// Each table's `queue_name` column, as the shared poll compares names.
+    name_columns: name_column::NameColumns,
 }
 
 static TARGETS: LazyLock<Targets<SqlTarget<MySql>>> = LazyLock::new(Targets::default);
@@ -103,6 +106,7 @@ impl Connector for MySql {
                 max_packet: AtomicU64::new(16 * 1024 * 1024),
                 id_step: AtomicU64::new(1),
                 text_columns: text_columns::TextColumns::default(),
+                name_columns: name_column::NameColumns::default(),
             },
         })
     }
@@ -135,8 +139,23 @@ impl Connector for MySql {
         statements::statements(table)
     }
 
-    fn due_by_queue(table: &str, queues: &[&str]) -> String {
-        statements::due_by_queue(table, queues)
+    /// The poll compares names as the table's `queue_name` column does, which the catalog
+    /// says (see `name_column`).
+    fn poll_due<'a>(
+        conn: &'a mut DialectConnection<Self>,
+        extra: &'a MySqlExtra,
+        table: &'a str,
+        names: &'a str,
+    ) -> BoxFuture<'a, SqlResult<Vec<DueRow>>> {
+        Box::pin(async move {
+            let column = extra.name_columns.of(conn, table).await?;
+            let sql = statements::due_by_queue(table, &column);
+            let rows = <sqlx::MySql as Driver>::fetch_due(conn, &sql, names, false).await;
+            if rows.is_err() {
+                extra.name_columns.forget(table);
+            }
+            rows
+        })
     }
 
     fn classify_database(err: &dyn DatabaseError) -> Failure {

@@ -2,6 +2,7 @@
 //! gets here): upstream's DDL (LONGTEXT, utf8mb4, inline index), times from `NOW(3)` in the
 //! server's own session time zone.
 
+use super::name_column::NameColumn;
 use crate::engines::sql::connector::TableStatements;
 
 /// A claim's token: `delivered_at` as microseconds since `1970-01-01` in the session's own
@@ -107,18 +108,20 @@ fn utf8mb4_literal(text: &str) -> String {
     literal
 }
 
-/// The shared poll of table `t` for `queues` (see `crate::engines::sql::table_poller`): per queue with
-/// rows, ms to its earliest unclaimed row and to its earliest claim. The names are inlined as
-/// literals (the IN list serves from the claim index); the text varies with the queues, so it
-/// goes as plain text, never prepared.
-pub fn due_by_queue(t: &str, queues: &[&str]) -> String {
-    let names: Vec<String> = queues.iter().map(|q| utf8mb4_literal(q)).collect();
+/// The shared poll of table `t` (see `crate::engines::sql::table_poller`): for each queue its
+/// one parameter names (a JSON array of names) that has rows, ms to its earliest unclaimed row
+/// and to its earliest claim. The names are compared as `column` (the table's `queue_name`)
+/// compares them, so that each is a lookup in the claim index (see `super::name_column`). The
+/// text is the same for any set of queues, so it is prepared once per connection.
+pub fn due_by_queue(t: &str, column: &NameColumn) -> String {
+    let NameColumn { charset, collation } = column;
     format!(
-        "SELECT queue_name, \
-           TIMESTAMPDIFF(MICROSECOND, NOW(3), MIN(CASE WHEN delivered_at IS NULL THEN available_at END)) / 1000e0 AS free_ms, \
-           TIMESTAMPDIFF(MICROSECOND, NOW(3), MIN(CASE WHEN delivered_at IS NOT NULL THEN GREATEST(available_at, delivered_at) END)) / 1000e0 AS held_ms \
-         FROM {t} WHERE queue_name IN ({}) GROUP BY queue_name",
-        names.join(", ")
+        "SELECT m.queue_name, \
+           TIMESTAMPDIFF(MICROSECOND, NOW(3), MIN(CASE WHEN m.delivered_at IS NULL THEN m.available_at END)) / 1000e0 AS free_ms, \
+           TIMESTAMPDIFF(MICROSECOND, NOW(3), MIN(CASE WHEN m.delivered_at IS NOT NULL THEN GREATEST(m.available_at, m.delivered_at) END)) / 1000e0 AS held_ms \
+         FROM JSON_TABLE(?, '$[*]' COLUMNS (name VARCHAR(1000) CHARACTER SET utf8mb4 PATH '$')) AS n \
+         JOIN {t} AS m ON m.queue_name = CONVERT(n.name USING {charset}) COLLATE {collation} \
+         GROUP BY m.queue_name"
     )
 }
 
@@ -228,15 +231,6 @@ mod tests {
         assert_eq!(utf8mb4_literal("default"), "_utf8mb4 X'64656661756C74'");
         assert_eq!(utf8mb4_literal("a'\\"), "_utf8mb4 X'61275C'");
         assert_eq!(utf8mb4_literal("é"), "_utf8mb4 X'C3A9'");
-    }
-
-    #[test]
-    fn the_shared_poll_names_every_queue_once_as_a_literal() {
-        let sql = due_by_queue("t", &["a", "it's"]);
-        assert!(
-            sql.ends_with("FROM t WHERE queue_name IN (_utf8mb4 X'61', _utf8mb4 X'69742773') GROUP BY queue_name"),
-            "{sql}"
-        );
     }
 
     #[test]

@@ -142,8 +142,8 @@ impl Connector for Postgres {
         })
     }
 
-    fn due_by_queue(table: &str, queues: &[&str]) -> String {
-        statements::due_by_queue(table, queues)
+    fn due_by_queue(table: &str) -> String {
+        statements::due_by_queue(table)
     }
 
     fn statements(table: &str, notify: bool) -> (TableStatements, PgStatements) {

@@ -113,8 +113,8 @@ impl Connector for Sqlite {
         statements::statements(table)
     }
 
-    fn due_by_queue(table: &str, queues: &[&str]) -> String {
-        statements::due_by_queue(table, queues)
+    fn due_by_queue(table: &str) -> String {
+        statements::due_by_queue(table)
     }
 
     fn classify_database(err: &dyn DatabaseError) -> Failure {
