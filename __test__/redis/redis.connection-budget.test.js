@@ -6,7 +6,9 @@
 // of the server, and its live connections are sampled while consumers on many streams idle,
 // wake and drain what 64 concurrent senders store.
 
+const { Worker } = require('node:worker_threads');
 const { InvalidArgumentError } = require('@schally/nestjs-messenger');
+const { ROOT, CORE } = require('../support/child');
 const { redis, uniqueName } = require('../support/engines');
 const { peakConnections, startProxy, viaProxy } = require('../faults/support/proxy');
 const {
@@ -74,6 +76,65 @@ describe.each([
     } finally {
       await Promise.all(loops.map((l) => settleWithin(l.stop(), 5000).catch(() => {})));
       await Promise.all(transports.map((t) => settleWithin(t.close(), 5000).catch(() => {})));
+    }
+  }, 60000);
+});
+
+/** A worker thread that sends `count` messages to `stream` through its own transport. */
+const SENDING_WORKER = `
+  const { parentPort, workerData } = require('node:worker_threads');
+  const { RedisStreamsTransport } = require(${JSON.stringify(ROOT)});
+  const { Envelope, JsonSerializer } = require(${JSON.stringify(CORE)});
+  class M { constructor(id) { this.id = id; } }
+  (async () => {
+    const t = new RedisStreamsTransport({ ...workerData.options, serializer: new JsonSerializer([M]) });
+    for (let i = 0; i < workerData.count; i += 1) await t.send(new Envelope(new M('w' + i)));
+    await t.close();
+    parentPort.postMessage('sent');
+  })().catch((error) => parentPort.postMessage(String(error)));
+`;
+
+/** Runs a sending worker to its end. */
+function sendFromWorker(options, count) {
+  const worker = new Worker(SENDING_WORKER, { eval: true, workerData: { options, count } });
+  return new Promise((resolve, reject) => {
+    worker.once('message', (message) => (message === 'sent' ? resolve() : reject(new Error(`worker: ${message}`))));
+    worker.once('error', reject);
+  }).finally(() => worker.terminate());
+}
+
+describe('maxConnections with worker threads', () => {
+  it('holds a process whose main thread and two worker threads all send within 3', async () => {
+    const prefix = uniqueName('budget-threads');
+    const budget = 3;
+    const idle = transportOn(`${prefix}-idle`, { maxConnections: budget });
+    const consumer = startAckingConsumer(idle);
+    const main = transportOn(`${prefix}-main`, { maxConnections: budget });
+    const perThread = 300;
+    try {
+      // The main thread's send connection first: the one the budget keeps for sends.
+      await main.send(envelopeOf('m0'));
+      await sleep(200);
+      const peak = await peakConnections(proxy, async () => {
+        await Promise.all([
+          (async () => {
+            for (let i = 1; i < perThread; i += 1) await main.send(envelopeOf(`m${i}`));
+          })(),
+          sendFromWorker({ dsn, stream: `${prefix}-w1`, maxConnections: budget }, perThread),
+          sendFromWorker({ dsn, stream: `${prefix}-w2`, maxConnections: budget }, perThread),
+        ]);
+        await sleep(200);
+      });
+      console.log(`three sending threads, maxConnections ${budget}: peak ${peak} connections`);
+      const lengths = await Promise.all(['main', 'w1', 'w2'].map((s) => redis.admin().withClient((c) => c.xlen(`${prefix}-${s}`))));
+      expect(lengths).toEqual([perThread, perThread, perThread]);
+      expect(consumer.error).toBeUndefined();
+      expect(peak).toBeGreaterThan(0);
+      expect(peak).toBeLessThanOrEqual(budget);
+    } finally {
+      await settleWithin(consumer.stop(), 5000).catch(() => {});
+      await Promise.all([idle, main].map((t) => settleWithin(t.close(), 5000).catch(() => {})));
+      await redis.admin().del(['main', 'w1', 'w2', 'idle'].map((s) => `${prefix}-${s}`));
     }
   }, 60000);
 });

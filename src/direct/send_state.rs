@@ -7,7 +7,7 @@
 use super::send_lane::{weight, Flight, Lane, LaneId};
 use super::settle_report::Ready;
 use crate::direct::uv;
-use crate::queue::engine::{NewMessage, Outcome};
+use crate::queue::engine::{ConnectionHold, NewMessage, Outcome};
 use crate::support::error::Result;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
@@ -56,6 +56,9 @@ pub(super) struct Link {
     pub(super) env: napi::sys::napi_env,
     pub(super) timer: Option<uv::Timer>,
     pub(super) conn: Option<Conn>,
+    /// The link's place in its deployment's connection budget, taken before it first
+    /// connects (one per JavaScript thread and node).
+    hold: Option<ConnectionHold>,
     pub(super) connecting: Option<Connecting>,
     pub(super) retry_at: Option<Instant>,
     pub(super) lanes: HashMap<LaneId, Lane>,
@@ -89,6 +92,7 @@ impl Link {
             env,
             timer: None,
             conn: None,
+            hold: None,
             connecting: None,
             retry_at: None,
             lanes: HashMap::new(),
@@ -232,6 +236,15 @@ impl Link {
             || !lane.queue.setup_done()
         {
             return;
+        }
+        if self.hold.is_none() {
+            // A budget with no room for this thread's connection: its sends take the runtime's
+            // path meanwhile.
+            self.hold = lane.wire.hold_connection();
+            if self.hold.is_none() {
+                self.retry_at = Some(Instant::now() + RETRY_AFTER);
+                return;
+            }
         }
         self.retry_at = None;
         let slot: Connecting = Arc::default();

@@ -157,8 +157,15 @@ pub enum Outcome {
 /// Stores a batch again on the runtime, as the same batch.
 pub type Resend = Box<dyn FnOnce() -> BoxFuture<'static, Result<Vec<String>>> + Send>;
 
+/// A place in a deployment's connection budget, given back when dropped.
+pub type ConnectionHold = Box<dyn std::any::Any + Send>;
+
 /// An engine's side of the direct path.
 pub trait DirectWire: Send + Sync + 'static {
+    /// A place for one more send connection in the deployment's connection budget, held for
+    /// as long as the link that asked lives; `None` when the budget has none left: the
+    /// thread's sends then take the runtime's path, and the link asks again later.
+    fn hold_connection(&self) -> Option<ConnectionHold>;
     /// Opens a connection ready for `encode`'s requests (blocking mode off).
     fn connect(&self) -> BoxFuture<'static, Result<std::net::TcpStream>>;
     /// Which connection this wire's requests may share: wires with the same key connect to

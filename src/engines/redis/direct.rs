@@ -7,7 +7,7 @@ use super::resp::{self, Reply};
 use super::stream_queue::RedisQueue;
 use super::writes::SendBatch;
 use crate::queue::engine::NewMessage;
-use crate::queue::engine::{DirectWire, Outcome, Resend};
+use crate::queue::engine::{ConnectionHold, DirectWire, Outcome, Resend};
 use crate::support::error::{Cause, Error, Result};
 use futures_util::future::BoxFuture;
 use redis::ConnectionAddr;
@@ -110,6 +110,11 @@ fn pack(args: &[Vec<u8>]) -> Vec<u8> {
 }
 
 impl DirectWire for RedisWire {
+    fn hold_connection(&self) -> Option<ConnectionHold> {
+        let slot = self.queue.shared.reads.reserve_send()?;
+        Some(Box::new(slot))
+    }
+
     fn link_key(&self) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut hasher = std::collections::hash_map::DefaultHasher::new();

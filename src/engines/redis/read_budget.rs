@@ -1,8 +1,10 @@
 //! A single-node deployment's connection budget (`maxConnections`, per process and DSN): the
-//! command connection, the read its idle consumers share and the JavaScript thread's send
+//! command connection, the read its idle consumers share and one JavaScript thread's send
 //! connection are always there; what is left goes to the consumers' own blocking reads, the
-//! fastest wake-up (the read returns the entry itself). Past those, idle consumers share the
-//! one read, so that connections stay the same for 200 queues as for 5.
+//! fastest wake-up (the read returns the entry itself), and to the send connections of other
+//! threads (worker threads that send). Past those, idle consumers share the one read and
+//! other threads' sends take the command connection, so that connections stay the same for
+//! 200 queues as for 5, and for a worker pool as for one thread.
 
 use crate::support::error::{Error, Result};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,6 +22,22 @@ pub struct ReadBudget {
     pub max_connections: u32,
     own_reads: usize,
     held: Arc<AtomicUsize>,
+    /// Send connections held, one per JavaScript thread: the first is a fixed connection,
+    /// each other one takes an own read's place.
+    sends: Arc<AtomicUsize>,
+}
+
+/// One thread's send connection, counted while its link lives.
+#[derive(Debug)]
+pub struct SendSlot {
+    sends: Arc<AtomicUsize>,
+    _beyond_the_first: Option<ReadSlot>,
+}
+
+impl Drop for SendSlot {
+    fn drop(&mut self) {
+        self.sends.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// One consumer's own read, counted while it is kept (whether or not its connection is open
@@ -49,6 +67,7 @@ impl ReadBudget {
             max_connections,
             own_reads: own_reads as usize,
             held: Arc::default(),
+            sends: Arc::default(),
         })
     }
 
@@ -66,6 +85,21 @@ impl ReadBudget {
             .ok()
             .map(|_| ReadSlot(self.held.clone()))
     }
+
+    /// A place for one more thread's send connection: the fixed one if no thread holds it,
+    /// else an own read's, if the budget has one left.
+    pub fn reserve_send(&self) -> Option<SendSlot> {
+        let first = self.sends.fetch_add(1, Ordering::AcqRel) == 0;
+        let beyond_the_first = if first { None } else { self.reserve() };
+        if !first && beyond_the_first.is_none() {
+            self.sends.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(SendSlot {
+            sends: self.sends.clone(),
+            _beyond_the_first: beyond_the_first,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -81,6 +115,20 @@ mod tests {
         assert!(budget.reserve().is_none());
         drop(slots);
         assert!(budget.reserve().is_some());
+    }
+
+    #[test]
+    fn a_second_thread_sends_on_an_own_read_place() {
+        let budget = ReadBudget::new(Some(4)).expect("four fit");
+        let first = budget.reserve_send().expect("the fixed send connection");
+        let second = budget.reserve_send().expect("the one own read's place");
+        assert!(budget.reserve().is_none());
+        assert!(budget.reserve_send().is_none());
+        drop(second);
+        let read = budget.reserve().expect("the place is back");
+        assert!(budget.reserve_send().is_none());
+        drop((first, read));
+        assert!(budget.reserve_send().is_some());
     }
 
     #[test]
