@@ -63,8 +63,8 @@ async fn mysql_checks(report: &mut Report, t: &SqlTarget<'_>, s: &mut SqlSession
                 "server version",
                 "MySQL",
                 &version,
-                (8, 0, 1),
-                "FOR UPDATE SKIP LOCKED",
+                (8, 0, 4),
+                "FOR UPDATE SKIP LOCKED and JSON_TABLE",
             );
         }
     }

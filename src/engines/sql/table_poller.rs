@@ -1,9 +1,10 @@
 //! One poll per (connection target, table) for the idle consumers of a dialect without push
-//! wake-ups (MySQL/MariaDB, SQLite). Each idle consumer registers its queue here instead of
-//! polling on its own; one task per table runs a single statement per interval that answers
-//! for every registered queue (when its next row is due), wakes the queues with rows due now,
-//! and keeps a timer for the rest (delayed messages, leases of claims that may lapse). Idle
-//! cost is then one statement per table and interval, whatever the number of queues.
+//! wake-ups (MySQL/MariaDB, SQLite; PostgreSQL while NOTIFY does not wake them). Each idle
+//! consumer registers its queue here instead of polling on its own; one task per table runs a
+//! single statement per interval that answers for every registered queue (when its next row
+//! is due), wakes the queues with rows due now, and keeps a timer for the rest (delayed
+//! messages, leases of claims that may lapse). Idle cost is then one statement per table and
+//! interval, whatever the number of queues.
 //!
 //! The task exists only while some consumer of the table idles; a failed poll wakes every
 //! registered consumer, so that each meets the failure in its own claim and rides it out as
@@ -234,12 +235,12 @@ impl PollState {
         due
     }
 
-    /// Applies a poll's answer, read at `answered`: returns the queues due now and notes when
-    /// the others will be. A row under a name no consumer registered (a server collation that
-    /// matched it to one, say `Orders` for `orders`) counts for every registered queue, so that
-    /// no consumer misses a row its claim would take.
-    fn apply(&mut self, rows: &[DueRow], answered: Instant) -> Vec<String> {
-        let plan = self.plan();
+    /// Applies the answer to a poll made for `plan`, read at `answered`: returns the queues
+    /// due now and notes when the others will be. A row under a name the plan did not ask for
+    /// (a server collation that matched it to one, say `Orders` for `orders`) counts for every
+    /// queue of the plan, so that no consumer misses a row its claim would take. A queue that
+    /// left during the poll is woken for nothing at worst.
+    fn apply(&mut self, plan: &Plan, rows: &[DueRow], answered: Instant) -> Vec<String> {
         let queues = &plan.leases;
         let mut now = Vec::new();
         for row in rows {
@@ -377,7 +378,7 @@ async fn poll_once<T: PollTarget>(target: &T, poller: &TablePoller) {
             Ok(Ok(rows)) => {
                 let answered = Instant::now();
                 state.answered_at = Some(answered);
-                state.apply(&rows, answered)
+                state.apply(&plan, &rows, answered)
             }
             Ok(Err(err)) => {
                 target.poll_failed(&err);
@@ -421,7 +422,9 @@ mod tests {
     fn wakes_the_queues_with_rows_due_and_schedules_the_others() {
         let mut state = state_of(&[idle("a", 60), idle("b", 60), idle("c", 60)]);
         let answered = Instant::now();
+        let plan = state.plan();
         let now = state.apply(
+            &plan,
             &[row("a", Some(-5.0), None), row("b", Some(2000.0), None)],
             answered,
         );
@@ -443,7 +446,9 @@ mod tests {
         let mut state = state_of(&[idle("a", 10), idle("b", 10)]);
         let answered = Instant::now();
         // Claimed 11 s ago with a 10 s lease: lapsed. Claimed 4 s ago: due in 6 s.
+        let plan = state.plan();
         let now = state.apply(
+            &plan,
             &[
                 row("a", None, Some(-11_000.0)),
                 row("b", None, Some(-4_000.0)),
@@ -460,7 +465,8 @@ mod tests {
     #[test]
     fn a_row_under_an_unregistered_name_counts_for_every_queue() {
         let mut state = state_of(&[idle("Orders", 60), idle("mail", 60)]);
-        let now = state.apply(&[row("orders", Some(0.0), None)], Instant::now());
+        let plan = state.plan();
+        let now = state.apply(&plan, &[row("orders", Some(0.0), None)], Instant::now());
         assert_eq!(now, vec!["Orders".to_owned(), "mail".to_owned()]);
     }
 

@@ -111,17 +111,24 @@ fn utf8mb4_literal(text: &str) -> String {
 /// The shared poll of table `t` (see `crate::engines::sql::table_poller`): for each queue its
 /// one parameter names (a JSON array of names) that has rows, ms to its earliest unclaimed row
 /// and to its earliest claim. The names are compared as `column` (the table's `queue_name`)
-/// compares them, so that each is a lookup in the claim index (see `super::name_column`). The
-/// text is the same for any set of queues, so it is prepared once per connection.
+/// compares them, so that each is a lookup in the claim index (see `super::name_column`), and
+/// each row of the answer is one bound name, as it was given: under a case-insensitive
+/// collation, `Orders` and `orders` are two answers about the same rows. The text is the same
+/// for any set of queues, so it is prepared once per connection.
 pub fn due_by_queue(t: &str, column: &NameColumn) -> String {
-    let NameColumn { charset, collation } = column;
+    let name = match column {
+        NameColumn::Text { charset, collation } => {
+            format!("CONVERT(n.name USING {charset}) COLLATE {collation}")
+        }
+        NameColumn::Binary => "n.name".to_owned(),
+    };
     format!(
-        "SELECT m.queue_name, \
+        "SELECT MIN(n.name) AS queue_name, \
            TIMESTAMPDIFF(MICROSECOND, NOW(3), MIN(CASE WHEN m.delivered_at IS NULL THEN m.available_at END)) / 1000e0 AS free_ms, \
            TIMESTAMPDIFF(MICROSECOND, NOW(3), MIN(CASE WHEN m.delivered_at IS NOT NULL THEN GREATEST(m.available_at, m.delivered_at) END)) / 1000e0 AS held_ms \
-         FROM JSON_TABLE(?, '$[*]' COLUMNS (name VARCHAR(1000) CHARACTER SET utf8mb4 PATH '$')) AS n \
-         JOIN {t} AS m ON m.queue_name = CONVERT(n.name USING {charset}) COLLATE {collation} \
-         GROUP BY m.queue_name"
+         FROM JSON_TABLE(?, '$[*]' COLUMNS (idx FOR ORDINALITY, name VARCHAR(1000) CHARACTER SET utf8mb4 PATH '$')) AS n \
+         JOIN {t} AS m ON m.queue_name = {name} \
+         GROUP BY n.idx"
     )
 }
 

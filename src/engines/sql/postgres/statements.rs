@@ -63,7 +63,8 @@ fn stamp(residue: &str, span: &str) -> String {
 /// or the LISTEN connection down): for each queue its one parameter names (a JSON array of
 /// names) that has rows, ms until its next free row is due and until the earliest claimed one
 /// may lapse (before its lease is added). The text is the same for any set of queues, so it
-/// is prepared once per connection.
+/// is prepared once per connection (through a transaction pooler, as every bound statement,
+/// unnamed in a transaction of its own).
 pub fn due_by_queue(t: &str) -> String {
     format!(
         "SELECT queue_name, \
