@@ -287,8 +287,8 @@ export interface RedisStreamsTransportOptions {
    * The most connections this process opens to the node, for every transport on it together:
    * the command connection, the read idle consumers share, the send connection, and what is
    * left for idle consumers to block on reads of their own (the fastest wake-up; the others
-   * share the one read) and for worker threads' send connections (past those, a thread sends
-   * over the command connection). At least 3; default 7 (four own reads). Single node only: refused
+   * share the one read) and for the send connections of threads past the first that sends,
+   * worker threads say (past those, a thread sends over the command connection). At least 3; default 7 (four own reads). Single node only: refused
    * with `cluster: true`. Transports on one DSN share one budget: one that names another
    * value is refused.
    */

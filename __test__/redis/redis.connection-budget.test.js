@@ -89,14 +89,18 @@ const SENDING_WORKER = `
   (async () => {
     const t = new RedisStreamsTransport({ ...workerData.options, serializer: new JsonSerializer([M]) });
     for (let i = 0; i < workerData.count; i += 1) await t.send(new Envelope(new M('w' + i)));
+    if (workerData.leaveOpen) {
+      parentPort.postMessage('sent');
+      return;
+    }
     await t.close();
     parentPort.postMessage('sent');
   })().catch((error) => parentPort.postMessage(String(error)));
 `;
 
-/** Runs a sending worker to its end. */
-function sendFromWorker(options, count) {
-  const worker = new Worker(SENDING_WORKER, { eval: true, workerData: { options, count } });
+/** Runs a sending worker to its end (terminated with its transport open, with `leaveOpen`). */
+function sendFromWorker(options, count, { leaveOpen = false } = {}) {
+  const worker = new Worker(SENDING_WORKER, { eval: true, workerData: { options, count, leaveOpen } });
   return new Promise((resolve, reject) => {
     worker.once('message', (message) => (message === 'sent' ? resolve() : reject(new Error(`worker: ${message}`))));
     worker.once('error', reject);
@@ -137,6 +141,34 @@ describe('maxConnections with worker threads', () => {
       await redis.admin().del(['main', 'w1', 'w2', 'idle'].map((s) => `${prefix}-${s}`));
     }
   }, 60000);
+});
+
+describe('maxConnections: a thread that ends gives its send connection back', () => {
+  it('a worker terminated with its transport open leaves the send connection to the main thread', async () => {
+    // A deployment of its own (another connect timeout), which no other test holds.
+    const options = { dsn, maxConnections: 3, connectTimeoutMs: 4322 };
+    const prefix = uniqueName('budget-gone');
+    const main = transportOn(`${prefix}-main`, options);
+    const sendConnections = async () =>
+      (await redis.admin().withClient((c) => c.client('LIST')))
+        .split('\n')
+        .filter((line) => line.includes('name=nestjs-messenger-native:send')).length;
+    try {
+      // Other files' transports on the server (the same jest process) count apart.
+      const before = await sendConnections();
+      // The worker's sends take the budget's one send connection; it is terminated unclosed.
+      await sendFromWorker({ ...options, stream: `${prefix}-w` }, 50, { leaveOpen: true });
+      expect(await pollUntil(async () => (await sendConnections()) === before, { timeoutMs: 5000 })).toBe(true);
+      await main.send(envelopeOf('first'));
+      // The direct path opens its connection in the background after a first send.
+      await sleep(300);
+      for (let i = 0; i < 20; i += 1) await main.send(envelopeOf(`m${i}`));
+      expect(await sendConnections()).toBe(before + 1);
+    } finally {
+      await settleWithin(main.close(), 5000).catch(() => {});
+      await redis.admin().del([`${prefix}-main`, `${prefix}-w`]);
+    }
+  }, 30000);
 });
 
 describe('maxConnections on Redis', () => {

@@ -53,6 +53,8 @@ impl Link {
                 by_lane.entry(flight.lane).or_default().push(flight);
             }
         }
+        // Another thread may take the place until this link connects again.
+        self.hold = None;
         if !self.torn_down {
             self.retry_at = Some(Instant::now() + RETRY_AFTER);
         }
@@ -86,5 +88,6 @@ impl Link {
         if let Some(mut conn) = self.conn.take() {
             conn.poll.close();
         }
+        self.hold = None;
     }
 }

@@ -56,9 +56,9 @@ pub(super) struct Link {
     pub(super) env: napi::sys::napi_env,
     pub(super) timer: Option<uv::Timer>,
     pub(super) conn: Option<Conn>,
-    /// The link's place in its deployment's connection budget, taken before it first
-    /// connects (one per JavaScript thread and node).
-    hold: Option<ConnectionHold>,
+    /// The link's place in its deployment's connection budget, taken before it connects
+    /// and given back when its connection is given up (one per JavaScript thread and node).
+    pub(super) hold: Option<ConnectionHold>,
     pub(super) connecting: Option<Connecting>,
     pub(super) retry_at: Option<Instant>,
     pub(super) lanes: HashMap<LaneId, Lane>,

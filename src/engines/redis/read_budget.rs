@@ -7,7 +7,7 @@
 //! 200 queues as for 5, and for a worker pool as for one thread.
 
 use crate::support::error::{Error, Result};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// The command connection, the shared read and the send connection.
@@ -22,21 +22,26 @@ pub struct ReadBudget {
     pub max_connections: u32,
     own_reads: usize,
     held: Arc<AtomicUsize>,
-    /// Send connections held, one per JavaScript thread: the first is a fixed connection,
-    /// each other one takes an own read's place.
-    sends: Arc<AtomicUsize>,
+    /// The fixed send connection's place is taken (by whichever thread connects first while
+    /// it is free); other threads' send connections take own reads' places.
+    fixed_send: Arc<AtomicBool>,
 }
 
-/// One thread's send connection, counted while its link lives.
+/// One thread's send connection's place, held while its link keeps a connection.
 #[derive(Debug)]
-pub struct SendSlot {
-    sends: Arc<AtomicUsize>,
-    _beyond_the_first: Option<ReadSlot>,
+pub enum SendSlot {
+    Fixed(Arc<AtomicBool>),
+    /// Held, not read: dropping it gives the place back.
+    OwnRead {
+        _slot: ReadSlot,
+    },
 }
 
 impl Drop for SendSlot {
     fn drop(&mut self) {
-        self.sends.fetch_sub(1, Ordering::AcqRel);
+        if let SendSlot::Fixed(taken) = self {
+            taken.store(false, Ordering::Release);
+        }
     }
 }
 
@@ -67,7 +72,7 @@ impl ReadBudget {
             max_connections,
             own_reads: own_reads as usize,
             held: Arc::default(),
-            sends: Arc::default(),
+            fixed_send: Arc::default(),
         })
     }
 
@@ -86,19 +91,17 @@ impl ReadBudget {
             .map(|_| ReadSlot(self.held.clone()))
     }
 
-    /// A place for one more thread's send connection: the fixed one if no thread holds it,
-    /// else an own read's, if the budget has one left.
+    /// A place for one more thread's send connection: the fixed one if it is free, else an
+    /// own read's, if the budget has one left.
     pub fn reserve_send(&self) -> Option<SendSlot> {
-        let first = self.sends.fetch_add(1, Ordering::AcqRel) == 0;
-        let beyond_the_first = if first { None } else { self.reserve() };
-        if !first && beyond_the_first.is_none() {
-            self.sends.fetch_sub(1, Ordering::AcqRel);
-            return None;
+        let free = self
+            .fixed_send
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if free {
+            return Some(SendSlot::Fixed(self.fixed_send.clone()));
         }
-        Some(SendSlot {
-            sends: self.sends.clone(),
-            _beyond_the_first: beyond_the_first,
-        })
+        self.reserve().map(|slot| SendSlot::OwnRead { _slot: slot })
     }
 }
 
@@ -127,8 +130,14 @@ mod tests {
         drop(second);
         let read = budget.reserve().expect("the place is back");
         assert!(budget.reserve_send().is_none());
-        drop((first, read));
-        assert!(budget.reserve_send().is_some());
+        drop(read);
+        // The fixed place passes to the next thread once its holder lets go, whoever else
+        // holds a place meanwhile.
+        let third = budget.reserve_send().expect("the own read's place again");
+        drop(first);
+        let fourth = budget.reserve_send().expect("the fixed place, free again");
+        assert!(matches!(fourth, SendSlot::Fixed(_)));
+        drop((third, fourth));
     }
 
     #[test]
