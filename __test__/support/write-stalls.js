@@ -1,16 +1,44 @@
 'use strict';
 
 // Each engine with a way for a test to stall its writes on demand, without touching the code
-// under test: a table lock (PostgreSQL, MariaDB), an exclusive SQLite transaction, a Redis
-// CLIENT PAUSE WRITE on a private server. `prepare()` gives the DSN and target to use,
-// `stallWrites()` (resolving to the function that ends the stall), `remaining()` (messages
-// left in the queue) and `cleanup()`.
+// under test: a table lock (PostgreSQL, MariaDB), an exclusive SQLite transaction held by
+// another process, a Redis CLIENT PAUSE WRITE on a private server. `prepare()` gives the DSN
+// and target to use, `stallWrites()` (resolving to the function that ends the stall),
+// `remaining()` (messages left in the queue) and `cleanup()`.
 
 const { postgres, mysql, sqlite, redis, requireServer, uniqueName } = require('../../bench/engines');
 const { startRedisServer } = require('./redis-server');
 
 /** The longest a Redis stall lasts if nobody ends it (CLIENT PAUSE needs a bound). */
 const REDIS_PAUSE_MS = 6000;
+
+/**
+ * Holds an exclusive SQLite transaction on `file` in another process until the returned
+ * function is called. Not in this one: SQLite's locks are POSIX advisory locks, which do not
+ * conflict between two copies of SQLite in one process (better-sqlite3's and the addon's), so a
+ * lock taken here would stall nothing.
+ */
+async function holdExclusiveElsewhere(file) {
+  const { spawn } = require('node:child_process');
+  const script = `
+    const Database = require(${JSON.stringify(require.resolve('better-sqlite3'))});
+    const db = new Database(process.argv[1]);
+    db.exec('BEGIN EXCLUSIVE');
+    process.stdout.write('locked\\n');
+    process.stdin.once('data', () => { db.exec('COMMIT'); db.close(); process.exit(0); });
+  `;
+  const child = spawn(process.execPath, ['-e', script, file], { stdio: ['pipe', 'pipe', 'inherit'] });
+  await new Promise((resolve, reject) => {
+    child.stdout.once('data', resolve);
+    child.once('error', reject);
+    child.once('exit', (code) => reject(new Error(`the SQLite lock holder exited (${code}) before locking`)));
+  });
+  return () =>
+    new Promise((resolve) => {
+      child.once('exit', resolve);
+      child.stdin.end('go\n');
+    });
+}
 
 const WRITE_STALLS = [
   {
@@ -70,14 +98,7 @@ const WRITE_STALLS = [
       return {
         dsn,
         target: { tableName: 'messenger_messages', queueName: 'q' },
-        async stallWrites() {
-          const db = new Database(file);
-          db.exec('BEGIN EXCLUSIVE');
-          return async () => {
-            db.exec('COMMIT');
-            db.close();
-          };
-        },
+        stallWrites: () => holdExclusiveElsewhere(file),
         async remaining() {
           const db = new Database(file, { readonly: true });
           try {
