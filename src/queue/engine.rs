@@ -158,13 +158,13 @@ pub enum Outcome {
 pub type Resend = Box<dyn FnOnce() -> BoxFuture<'static, Result<Vec<String>>> + Send>;
 
 /// A place in a deployment's connection budget, given back when dropped.
-pub type ConnectionHold = Box<dyn std::any::Any + Send>;
+pub type ConnectionHold = Box<dyn Send>;
 
 /// An engine's side of the direct path.
 pub trait DirectWire: Send + Sync + 'static {
-    /// A place for one more send connection in the deployment's connection budget, held for
-    /// as long as the link that asked lives; `None` when the budget has none left: the
-    /// thread's sends then take the runtime's path, and the link asks again later.
+    /// A place for one more send connection in the deployment's connection budget, held while
+    /// the link that asked opens or keeps its connection; `None` when the budget has none
+    /// left: the thread's sends then take the runtime's path, and the link asks again later.
     fn hold_connection(&self) -> Option<ConnectionHold>;
     /// Opens a connection ready for `encode`'s requests (blocking mode off).
     fn connect(&self) -> BoxFuture<'static, Result<std::net::TcpStream>>;
