@@ -289,8 +289,9 @@ export interface RedisStreamsTransportOptions {
    * left for idle consumers to block on reads of their own (the fastest wake-up; the others
    * share the one read) and for the send connections of threads past the first that sends,
    * worker threads say (past those, a thread sends over the command connection). At least 3; default 7 (four own reads). Single node only: refused
-   * with `cluster: true`. Transports on one DSN share one budget: one that names another
-   * value is refused.
+   * with `cluster: true`, where a process holds two connections per node whatever the number
+   * of queues. Transports on one DSN share one budget: one that names another value is
+   * refused.
    */
   readonly maxConnections?: number;
   /**

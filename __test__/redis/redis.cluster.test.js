@@ -251,14 +251,98 @@ describe('stream and delayKey slots on a cluster', () => {
 // Slot migration under a live consumer
 // ---------------------------------------------------------------------------
 
+describe('many idle queues on a cluster', () => {
+  const QUEUES = 200;
+
+  /** Connections of other clients than the asking one, per node. */
+  async function clientsPerNode() {
+    const counts = {};
+    for (const port of cluster.ports) {
+      counts[port] = String(await nodeCommand(port, 'CLIENT', 'LIST')).trim().split('\n').length - 1;
+    }
+    return counts;
+  }
+
+  /** Calls of `command` each node has served so far (`INFO commandstats`). */
+  async function callsOf(command) {
+    let calls = 0;
+    for (const port of cluster.ports) {
+      const stats = String(await nodeCommand(port, 'INFO', 'commandstats'));
+      const line = stats.split('\n').find((l) => l.startsWith(`cmdstat_${command}:`));
+      calls += Number(/calls=(\d+)/.exec(line ?? '')?.[1] ?? 0);
+    }
+    return calls;
+  }
+
+  test(`${QUEUES} idle consumers hold two connections per node, read nothing while idle, and are each woken by an entry or delayed member another client stores`, async () => {
+    const before = await clientsPerNode();
+    const tag = crypto.randomBytes(4).toString('hex');
+    const streams = Array.from({ length: QUEUES }, (_, i) => `messenger:{idle-${tag}-${i}}`);
+    keys.push(...streams.flatMap((stream) => [stream, `${stream}:delayed`]));
+    const got = [];
+    const consumers = streams.map((stream) => startConsumer(clusterTransport(stream), got));
+    // Every node holds streams of some of the queues, and tracks their keys once they idle.
+    await pollUntil(
+      async () =>
+        (
+          await Promise.all(
+            cluster.ports.map(async (port) =>
+              String(await nodeCommand(port, 'CLIENT', 'LIST'))
+                .split('\n')
+                .some((line) => /\bflags=\S*t/.test(line)),
+            ),
+          )
+        ).every(Boolean),
+      { timeoutMs: 10000, intervalMs: 50 },
+    );
+    await sleep(500);
+
+    const reads = await callsOf('xreadgroup');
+    await sleep(1500);
+    // No consumer reads while nothing happens (each blocking read of its own would be issued
+    // again every pollIntervalMs).
+    expect((await callsOf('xreadgroup')) - reads).toBe(0);
+    const during = await clientsPerNode();
+    const overTwo = cluster.ports
+      .map((port) => ({ port, opened: during[port] - before[port] }))
+      .filter(({ opened }) => opened > 2);
+    expect(overTwo).toEqual([]);
+
+    // Entries stored by another client (as the upstream transport stores them), one per
+    // queue, and a delayed member for the first queue, due in 300 ms.
+    const serializer = new JsonSerializer([ClusterMessage]);
+    for (const [i, stream] of streams.entries()) {
+      const { body, headers } = serializer.encode(message(i));
+      await admin.xadd(stream, '*', 'body', body, 'headers', JSON.stringify(headers));
+    }
+    const delayed = serializer.encode(message(QUEUES));
+    const dueAt = Date.now() + 300;
+    await admin.zadd(
+      `${streams[0]}:delayed`,
+      dueAt,
+      JSON.stringify({ nonce: crypto.randomUUID(), body: delayed.body, headers: JSON.stringify(delayed.headers) }),
+    );
+    await pollUntil(() => got.length >= QUEUES + 1 || consumers.some((c) => c.failure() !== undefined), {
+      timeoutMs: 10000,
+    });
+    expect(consumers.map((c) => c.failure()).filter(Boolean)).toEqual([]);
+    expect(got.map((g) => g.n).sort((a, b) => a - b)).toEqual(Array.from({ length: QUEUES + 1 }, (_, i) => i));
+    expect(got.find((g) => g.n === QUEUES).at).toBeGreaterThanOrEqual(dueAt);
+    await Promise.all(consumers.map((c) => c.stop()));
+  }, 60000);
+});
+
 describe('slot migration', () => {
-  /** Resolves once a client is blocked in XREADGROUP on the node at `port`. */
-  async function blockedReaderOn(port) {
+  /**
+   * Resolves once a client keeps key tracking on (an idle consumer's wait, see
+   * src/engines/redis/idle_read/tracking.rs) on the node at `port`.
+   */
+  async function trackingClientOn(port) {
     return pollUntil(
       async () =>
         String(await nodeCommand(port, 'CLIENT', 'LIST'))
           .split('\n')
-          .some((line) => /\bcmd=xreadgroup\b/.test(line) && /\bflags=\S*b/.test(line)),
+          .some((line) => /\bflags=\S*t/.test(line) && /\bresp=3\b/.test(line)),
       { timeoutMs: 3000, intervalMs: 5 },
     );
   }
@@ -267,7 +351,8 @@ describe('slot migration', () => {
    * The stream's slot moves from the first master to the second (manual SETSLOT/MIGRATE
    * sequence) around one consumer transport. With `pauseLoop`, the consumer's get() loop is
    * ended before the move and started again after it (the transport instance and its
-   * connections stay); otherwise the loop runs, blocked on the source, through the move.
+   * connections stay); otherwise the loop runs, idle with its keys tracked on the source,
+   * through the move.
    */
   async function migrationScenario({ pauseLoop }) {
     const fromPort = cluster.ports[0];
@@ -297,8 +382,8 @@ describe('slot migration', () => {
         await sender.send(message(3));
         if (!pauseLoop) {
           await pollUntil(() => byN(3).length > 0, { timeoutMs: 3000 });
-          // The live consumer is (again) blocked in XREADGROUP on the source when keys move.
-          expect(await blockedReaderOn(fromPort)).toBe(true);
+          // The live consumer waits (again) with its keys tracked on the source when keys move.
+          expect(await trackingClientOn(fromPort)).toBe(true);
         }
       },
       // Keys on the target, slot not yet handed over: the source answers ASK.
@@ -355,7 +440,7 @@ describe('slot migration', () => {
     expect(await nodeCommand(toPort, 'ZCARD', delayKey)).toBe(0);
   }
 
-  test('the stream\'s slot moves to another master while a consumer is live (blocked on the source): redirects are followed, nothing is lost or duplicated', async () => {
+  test('the stream\'s slot moves to another master while a consumer is live (idle, its keys tracked on the source): redirects are followed, nothing is lost or duplicated', async () => {
     await migrationScenario({ pauseLoop: false });
   }, 30000);
 

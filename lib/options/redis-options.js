@@ -34,7 +34,7 @@ function resolveRedisOptions(options) {
   const maxConnections = connectionBudgetOf(options);
   if (maxConnections !== undefined && options.cluster === true) {
     throw invalidArgument(
-      'maxConnections applies to a single Redis node: on a cluster each idle consumer blocks on a read of its own at its stream\'s node (docs/operations.md, "Connections").',
+      'maxConnections applies to a single Redis node: on a cluster a process holds two connections per node whatever the number of queues, one for commands and one for its idle consumers\' key tracking (docs/operations.md, "Connections").',
     );
   }
   const stream = nonEmptyString(options.stream, 'stream');

@@ -1,5 +1,5 @@
-//! A blocked read on a connection of its own (a consumer's XREADGROUP on a cluster, the
-//! shared XREAD of a single node's idle consumers): how long it may run past its BLOCK time,
+//! A blocked read on a connection of its own to a single node (a consumer's own XREADGROUP,
+//! the shared XREAD of the idle consumers): how long it may run past its BLOCK time,
 //! and how it is ended early with `CLIENT UNBLOCK` from another connection.
 
 use super::connection::{Conn, Target};
@@ -15,7 +15,7 @@ pub(super) const READ_MARGIN: Duration = Duration::from_secs(2);
 const UNBLOCK_PAUSE: Duration = Duration::from_millis(2);
 
 /// A connection of its own for a blocked read, and its `CLIENT ID` for `CLIENT UNBLOCK`
-/// (`None` on a cluster, or where the server refuses the command: a read to be ended is then
+/// (`None` where the server refuses the command: a read to be ended is then
 /// waited for up to `READ_MARGIN`, or its connection dropped). Each step is bounded by
 /// `timeout`; `Err(None)` when one went unanswered, else the driver's error.
 pub(super) async fn open_blocked_read(

@@ -20,7 +20,82 @@ use std::time::Duration;
 #[derive(Clone)]
 pub enum Target {
     Node(Box<Client>),
-    Cluster(Box<ClusterClient>),
+    Cluster(Box<ClusterTarget>),
+}
+
+/// A cluster: the client that routes commands, and how to reach one node of it directly (the
+/// seed's credentials, database and TLS settings, another node's address).
+#[derive(Clone)]
+pub struct ClusterTarget {
+    client: ClusterClient,
+    seed: ConnectionInfo,
+    certs: Option<TlsCertificates>,
+}
+
+impl ClusterTarget {
+    /// The seed node's address, `host:port` as a `MOVED` reply names nodes.
+    pub fn seed_address(&self) -> String {
+        match self.seed.addr() {
+            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                format!("{host}:{port}")
+            }
+            other => other.to_string(),
+        }
+    }
+
+    /// A RESP3 connection of its own to the node at `address` (`host:port`), whose push
+    /// messages (key invalidations, the library's disconnection notice) go to `pushes`.
+    pub async fn node_connection(
+        &self,
+        address: &str,
+        timeout: Duration,
+        pushes: impl redis::aio::AsyncPushSender,
+    ) -> redis::RedisResult<MultiplexedConnection> {
+        let (host, port) = address
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host.trim_matches(['[', ']']), port.parse().ok()?)))
+            .ok_or_else(|| {
+                redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "not a node address",
+                    address.to_owned(),
+                ))
+            })?;
+        let addr = match self.seed.addr() {
+            ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => ConnectionAddr::Tcp(host.to_owned(), port),
+        };
+        let settings = self
+            .seed
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let info = self
+            .seed
+            .clone()
+            .set_addr(addr)
+            .set_redis_settings(settings);
+        let client = match &self.certs {
+            Some(certs) => Client::build_with_tls(info, certs.clone())?,
+            None => Client::open(info)?,
+        };
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_push_sender(pushes);
+        client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
 }
 
 /// One connection of either kind; used through `redis::aio::ConnectionLike`.
@@ -224,17 +299,24 @@ impl Target {
         let certs = options.certificates(&info);
         if options.cluster {
             // The first node's credentials, database and TLS mode apply to every node.
+            let seed = info.clone();
             let mut builder = ClusterClient::builder(vec![info])
                 .tcp_settings(tcp_settings())
                 .connection_timeout(options.connect_timeout)
                 .response_timeout(options.connect_timeout)
                 .retries(2);
-            if let Some(certs) = certs {
-                builder = builder.certs(certs);
+            if let Some(certs) = &certs {
+                builder = builder.certs(certs.clone());
             }
             return builder
                 .build()
-                .map(|c| Target::Cluster(Box::new(c)))
+                .map(|client| {
+                    Target::Cluster(Box::new(ClusterTarget {
+                        client,
+                        seed,
+                        certs,
+                    }))
+                })
                 .map_err(invalid);
         }
         let client = match certs {
@@ -258,7 +340,11 @@ impl Target {
                     .await
                     .map(Conn::Managed)
             }
-            Target::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+            Target::Cluster(cluster) => cluster
+                .client
+                .get_async_connection()
+                .await
+                .map(Conn::Cluster),
         }
     }
 
@@ -275,7 +361,11 @@ impl Target {
                     .await
                     .map(Conn::Plain)
             }
-            Target::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+            Target::Cluster(cluster) => cluster
+                .client
+                .get_async_connection()
+                .await
+                .map(Conn::Cluster),
         }
     }
 }

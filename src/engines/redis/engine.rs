@@ -93,8 +93,9 @@ impl Engine for RedisQueue {
         })
     }
 
-    /// On a single node the wait is on the wake signal, which the deployment's shared read
-    /// and poll move (`idle_read`); a cluster consumer blocks on a connection of its own.
+    /// The wait is on the wake signal, which the deployment's shared read (on a cluster, its
+    /// nodes' key tracking) and poll move (`idle_read`); on a single node, the first few idle
+    /// consumers block on a read of their own instead, within the connection budget.
     fn idle<'a>(
         &'a self,
         seen: u64,
@@ -105,7 +106,7 @@ impl Engine for RedisQueue {
                 return Ok(WaitOutcome::Cancelled);
             }
             let waited = if self.config.connect.cluster {
-                self.block_once(cancel, 64).await
+                self.wait_shared(seen, cancel).await
             } else {
                 let idle = IdleConsumer::enter(&self.shared.idle_consumers);
                 if idle.among <= self.shared.reads.own_reads() && self.keep_own_read() {

@@ -9,15 +9,18 @@
 //! an entry added after the claim is above it and wakes it; the read's id for a stream is the
 //! lowest registered, raised only past entries whose wake-up it has given. A stream whose
 //! consumer was woken to claim stays in the read for a while (`LINGER`), so the consumer's
-//! return costs no re-plan; one whose consumer stopped waiting leaves at once. Cluster
-//! deployments keep a blocking read per consumer (`reads`): a read over many streams cannot
-//! span their nodes.
+//! return costs no re-plan; one whose consumer stopped waiting leaves at once. On a cluster,
+//! where a read over many streams cannot span slots, the nodes' key tracking takes the read's
+//! place (`tracking`), and the poll runs one script per slot.
+
+mod tracking;
 
 use super::blocked::{open_blocked_read, unblock_read, READ_MARGIN};
 use super::connection::{Conn, Target};
 use super::replies::{read_reply_tops, StreamId};
+use super::slot::slot;
 use crate::queue::wake::WakeSignal;
-use redis::{Script, Value};
+use redis::{Script, ScriptInvocation, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -75,6 +78,7 @@ pub(super) struct Watched {
 struct Covered {
     after: StreamId,
     signal: Arc<WakeSignal>,
+    delay_key: String,
     users: usize,
     /// When its last idle consumer left (it lingers, see `LINGER`).
     left_at: Option<Instant>,
@@ -149,6 +153,8 @@ impl IdleRead {
         let mut replan = state.watched.is_empty();
         match state.streams.get_mut(&watched.stream) {
             Some(covered) => {
+                // A cluster's tracking reads the keys again once a consumer is back.
+                replan |= covered.users == 0;
                 covered.users += 1;
                 covered.left_at = None;
                 // An empty stream (`0-0`: its consumer acked and deleted what it had) says
@@ -165,6 +171,7 @@ impl IdleRead {
                     Covered {
                         after: top,
                         signal: watched.signal.clone(),
+                        delay_key: watched.delay_key.clone(),
                         users: 1,
                         left_at: None,
                     },
@@ -181,8 +188,16 @@ impl IdleRead {
                 commands,
                 timeout,
             } = connect();
-            tokio::spawn(self.clone().read_loop(target, commands.clone(), timeout));
-            tokio::spawn(self.clone().poll_loop(commands));
+            let cluster = matches!(target, Target::Cluster(_));
+            match target {
+                Target::Cluster(nodes) => {
+                    tokio::spawn(self.clone().track_loop(*nodes, timeout));
+                }
+                target => {
+                    tokio::spawn(self.clone().read_loop(target, commands.clone(), timeout));
+                }
+            }
+            tokio::spawn(self.clone().poll_loop(commands, cluster));
         }
         drop(state);
         if replan {
@@ -376,8 +391,11 @@ impl IdleRead {
 
     /// Every `pollIntervalMs` (the shortest of the idle consumers', `VANISHED_WITHIN` at
     /// most), one script looks for due delayed members, stalled entries and vanished groups of
-    /// every idle consumer, and wakes those that have any. A failed poll is not retried early: the next one looks again.
-    async fn poll_loop(self: Arc<Self>, mut commands: Conn) {
+    /// every idle consumer, and wakes those that have any; on a cluster one script per slot,
+    /// the slots at once, and no look at the delayed zsets (their changes are announced to
+    /// the tracking, which wakes the consumers). A failed poll is not retried early: the next
+    /// one looks again.
+    async fn poll_loop(self: Arc<Self>, mut commands: Conn, cluster: bool) {
         let mut vanish_next = Instant::now() + VANISHED_WITHIN;
         // The EXISTS over the idle consumers' delayed zsets, as of `State::changes`.
         let mut exists: Option<(u64, redis::Cmd)> = None;
@@ -402,75 +420,108 @@ impl IdleRead {
                 _ = self.closing.cancelled() => return,
             }
             let now = Instant::now();
-            let vanish_check = now >= vanish_next;
+            // On a cluster a deleted stream is announced to the tracking, and a destroyed
+            // group found by the check for stalled entries (each `reclaim_period`, 5 s at most):
+            // a look each second would cost a script per slot.
+            let vanish_check = !cluster && now >= vanish_next;
             if vanish_check {
                 vanish_next = now + VANISHED_WITHIN;
             }
-            {
-                let state = self.state();
-                if exists
-                    .as_ref()
-                    .is_none_or(|(made, _)| *made != state.changes)
+            let any_delayed = if cluster {
+                false
+            } else {
                 {
-                    let zsets: BTreeSet<&String> =
-                        state.watched.values().map(|w| &w.delay_key).collect();
-                    let mut cmd = redis::cmd("EXISTS");
-                    cmd.arg(zsets.into_iter().collect::<Vec<_>>());
-                    exists = Some((state.changes, cmd));
-                }
-            }
-            let Some((_, cmd)) = exists.as_ref() else {
-                continue;
-            };
-            self.polls.fetch_add(1, Ordering::Relaxed);
-            // Empty zsets do not exist: while none of the delayed zsets does, the consumers
-            // to look at are those with a check due (none, most of the time: one EXISTS is
-            // then the whole poll).
-            let delayed: redis::RedisResult<i64> = cmd.query_async(&mut commands).await;
-            let any_delayed = !matches!(delayed, Ok(0));
-            let (keys, checks) = {
-                let state = self.state();
-                let mut keys = Vec::new();
-                let mut script = IDLE_DUE.prepare_invoke();
-                for (key, watched) in &state.watched {
-                    let reclaim = watched.reclaim_at <= now;
-                    if !(any_delayed || vanish_check || reclaim) {
-                        continue;
-                    }
-                    keys.push(*key);
-                    script
-                        .key(&watched.delay_key)
-                        .key(&watched.stream)
-                        .arg(&watched.group);
-                    if reclaim {
-                        script.arg(watched.claim_idle.as_millis() as u64);
-                    } else if vanish_check {
-                        script.arg("-");
-                    } else {
-                        script.arg("");
+                    let state = self.state();
+                    if exists
+                        .as_ref()
+                        .is_none_or(|(made, _)| *made != state.changes)
+                    {
+                        let zsets: BTreeSet<&String> =
+                            state.watched.values().map(|w| &w.delay_key).collect();
+                        let mut cmd = redis::cmd("EXISTS");
+                        cmd.arg(zsets.into_iter().collect::<Vec<_>>());
+                        exists = Some((state.changes, cmd));
                     }
                 }
-                (keys, script)
-            };
-            if keys.is_empty() {
-                continue;
-            }
-            let Ok(due) = checks.invoke_async::<Vec<usize>>(&mut commands).await else {
-                continue;
-            };
-            let mut state = self.state();
-            for (i, key) in keys.iter().enumerate() {
-                let Some(watched) = state.watched.get_mut(key) else {
+                let Some((_, cmd)) = exists.as_ref() else {
                     continue;
                 };
-                if due.contains(&(i + 1)) {
-                    watched.signal.wake();
-                    continue;
+                self.polls.fetch_add(1, Ordering::Relaxed);
+                // Empty zsets do not exist: while none of the delayed zsets does, the
+                // consumers to look at are those with a check due (none, most of the time:
+                // one EXISTS is then the whole poll).
+                let delayed: redis::RedisResult<i64> = cmd.query_async(&mut commands).await;
+                !matches!(delayed, Ok(0))
+            };
+            let checks = self.due_checks(now, any_delayed, vanish_check, cluster);
+            if checks.is_empty() {
+                continue;
+            }
+            if cluster {
+                self.polls.fetch_add(1, Ordering::Relaxed);
+            }
+            let answers = checks.into_iter().map(|(keys, script)| {
+                let mut commands = commands.clone();
+                async move {
+                    let due = script.invoke_async::<Vec<usize>>(&mut commands).await;
+                    (keys, due)
                 }
-                if watched.reclaim_at <= now {
-                    watched.reclaim_at = now + watched.reclaim_period;
+            });
+            for (keys, due) in futures_util::future::join_all(answers).await {
+                let Ok(due) = due else {
+                    continue;
+                };
+                let mut state = self.state();
+                for (i, key) in keys.iter().enumerate() {
+                    let Some(watched) = state.watched.get_mut(key) else {
+                        continue;
+                    };
+                    if due.contains(&(i + 1)) {
+                        watched.signal.wake();
+                        continue;
+                    }
+                    if watched.reclaim_at <= now {
+                        watched.reclaim_at = now + watched.reclaim_period;
+                    }
                 }
             }
         }
+    }
+
+    /// The idle consumers a poll looks at (all with `any_delayed`, else those with a check
+    /// due), as `scripts/idle_due.lua` invocations with the consumers each answers for: one
+    /// in all, or on a cluster one per slot.
+    fn due_checks(
+        &self,
+        now: Instant,
+        any_delayed: bool,
+        vanish_check: bool,
+        cluster: bool,
+    ) -> Vec<(Vec<u64>, ScriptInvocation<'static>)> {
+        let state = self.state();
+        let mut checks: BTreeMap<u16, (Vec<u64>, ScriptInvocation<'static>)> = BTreeMap::new();
+        for (key, watched) in &state.watched {
+            let reclaim = watched.reclaim_at <= now;
+            if !(any_delayed || vanish_check || reclaim) {
+                continue;
+            }
+            let group = if cluster { slot(&watched.stream) } else { 0 };
+            let (keys, script) = checks
+                .entry(group)
+                .or_insert_with(|| (Vec::new(), IDLE_DUE.prepare_invoke()));
+            keys.push(*key);
+            script
+                .key(&watched.delay_key)
+                .key(&watched.stream)
+                .arg(&watched.group);
+            if reclaim {
+                script.arg(watched.claim_idle.as_millis() as u64);
+            } else if vanish_check {
+                script.arg("-");
+            } else {
+                script.arg("");
+            }
+        }
+        checks.into_values().collect()
     }
 }

@@ -1,7 +1,7 @@
-//! A consumer's idle wait. A few idle consumers of a deployment (and every consumer on a
-//! cluster) block on a read of their own, ended early with CLIENT UNBLOCK where the server
-//! allows it: the fastest wake-up, since the read returns the entry itself. Past a few, they
-//! wait on the wake signal that the deployment's shared read moves (`idle_read`).
+//! A consumer's idle wait. A few idle consumers of a single node block on a read of their own,
+//! ended early with CLIENT UNBLOCK where the server allows it: the fastest wake-up, since the
+//! read returns the entry itself. Past a few, and every consumer on a cluster, they wait on
+//! the wake signal that the deployment's shared read or key tracking moves (`idle_read`).
 //! Invariant: an entry a blocking read takes into our pending list reaches the queue's buffer
 //! in the wait's outcome, never kept here.
 
@@ -68,8 +68,9 @@ impl RedisQueue {
                 // This instance just added a delayed message that may be due before the block
                 // ends: end it now so the wait is planned again around that member.
                 _ = self.delayed_added.changed(delayed_seen), if client_id.is_some() => (Some(self.unblock(client_id, &mut reading).await), false),
-                // No way to end a cluster block early: past its BLOCK time and a margin, the
-                // connection is taken for dead (a silent peer) and dropped below.
+                // No way to end the block early (the server refused CLIENT ID): past its BLOCK
+                // time and a margin, the connection is taken for dead (a silent peer) and
+                // dropped below.
                 _ = tokio::time::sleep(server_block + READ_MARGIN), if client_id.is_none() => (None, false),
                 _ = cancel.cancelled() => match client_id {
                     Some(_) => (Some(self.unblock(client_id, &mut reading).await), true),

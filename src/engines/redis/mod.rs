@@ -1,13 +1,14 @@
 //! Redis Streams: the upstream stream layout (entries with `body` and `headers`, a consumer
 //! group, a delayed zset of `{"nonce","body","headers"}` members scored in epoch ms), with
-//! reads and acks batched, one blocking read shared by the idle consumers of a single node (a
-//! connection of its own per consumer on a cluster), delayed messages
+//! reads and acks batched, one blocking read shared by the idle consumers of a single node (on
+//! a cluster, one key-tracking connection per node), delayed messages
 //! promoted atomically on Redis's clock, and stalled entries reclaimed periodically.
 //!
 //! One concern per file: `stream_queue` (the consumer and the deployment it shares, and how
 //! failures are reported and ridden out), `engine` (the `Engine` impl, and the direct wire),
-//! `reads` (claims, XAUTOCLAIM, a cluster consumer's blocking reads), `idle_read` (the
-//! blocking read and poll a single node's idle consumers share), `blocked` (ending a blocked
+//! `reads` (claims, XAUTOCLAIM), `idle_waits` (a consumer's idle wait), `idle_read` (the
+//! blocking read and poll the idle consumers share; `idle_read/tracking`, a cluster's key
+//! tracking in the read's place), `blocked` (ending a blocked
 //! read early), `delivered` (the
 //! pending entries the queue holds, which re-reads skip), `writes` (sends, delayed adds, rejects,
 //! acks), `replies` (reply parsing, no I/O), `errors` (classification and causes),

@@ -148,24 +148,36 @@ impl RedisQueue {
         self.accept_entries(entries).await
     }
 
-    /// Promotion of due delayed members, then XREADGROUP of new entries. On a single node
-    /// both go in one round trip (the claim after a wake-up is that much sooner), with the
-    /// stream's last id read between them: an idle wait after a claim that found nothing
-    /// registers it with the shared read (`idle_read`), and any entry added after the claim
-    /// has a higher id (one added between the two commands only wakes the consumer once for
-    /// nothing).
+    /// Promotion of due delayed members, then XREADGROUP of new entries, with the stream's
+    /// last id read between them: an idle wait after a claim that found nothing registers it
+    /// with the shared read (`idle_read`), and any entry added after the claim has a higher id
+    /// (one added between the two commands only wakes the consumer once for nothing). On a
+    /// single node the three go in one round trip (the claim after a wake-up is that much
+    /// sooner); on a cluster each goes on its own, so that each follows redirects.
     async fn promote_and_read(&self, conn: &mut Conn, limit: u32) -> Result<Value> {
         let read = self.read_group(limit, None, ">");
+        let mut top = redis::cmd("XREVRANGE");
+        top.arg(&self.config.stream)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(1);
         if self.config.connect.cluster {
             let promoted = self
                 .promote(conn)
                 .await
                 .map_err(|e| self.err("drainDelayed", &e))?;
             self.note_next_due(&promoted);
-            return read
+            let top: Value = top
                 .query_async(conn)
                 .await
-                .map_err(|e| self.err("read", &e));
+                .map_err(|e| self.err("read", &e))?;
+            let reply = read
+                .query_async(conn)
+                .await
+                .map_err(|e| self.err("read", &e))?;
+            *self.top.lock().unwrap_or_else(|p| p.into_inner()) = last_id(&top);
+            return Ok(reply);
         }
         let mut promote = redis::cmd("EVALSHA");
         promote
@@ -174,12 +186,6 @@ impl RedisQueue {
             .arg(&self.config.delay_key)
             .arg(&self.config.stream)
             .arg(PROMOTE_LIMIT);
-        let mut top = redis::cmd("XREVRANGE");
-        top.arg(&self.config.stream)
-            .arg("+")
-            .arg("-")
-            .arg("COUNT")
-            .arg(1);
         let replies: Vec<Value> = redis::pipe()
             .ignore_errors()
             .add_command(promote)

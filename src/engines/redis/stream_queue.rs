@@ -2,8 +2,8 @@
 //! deployment its queues share per process and DSN (`RedisShared`), and how its operations
 //! report failures and ride them out. Invariant: the command connection and the wake signals
 //! belong to the shared deployment and the last queue to leave it closes them, as does the read
-//! its idle consumers share on a single node (`idle_read`); a cluster consumer's blocking
-//! connection is its own; only a consumer that has reached the server once waits
+//! (on a cluster, the key tracking) its idle consumers share (`idle_read`); a consumer's own
+//! blocking connection is its own; only a consumer that has reached the server once waits
 //! out connection failures, and a write is repeated only after a connection failure, once.
 //! Its reads, writes and `Engine` impl are `impl` blocks in `reads`, `writes` and `engine`,
 //! which import this file; it imports none of them.
@@ -51,7 +51,7 @@ pub(super) struct RedisShared {
     pub(super) connect_timeout: Duration,
     commands: tokio::sync::Mutex<Option<Conn>>,
     board: WakeBoard,
-    /// The blocking read and poll its idle consumers share (single node only).
+    /// The blocking read (on a cluster, the key tracking) and poll its idle consumers share.
     pub(super) idle: Arc<IdleRead>,
     /// Consumers of the deployment in an idle wait now.
     pub(super) idle_consumers: AtomicUsize,
@@ -154,8 +154,9 @@ impl RedisQueue {
         );
         if config.connect.cluster && config.max_connections.is_some() {
             return Err(Error::invalid_argument(
-                "maxConnections applies to a single Redis node: on a cluster each consumer \
-                 blocks on a read of its own at its stream's node.",
+                "maxConnections applies to a single Redis node: on a cluster a process holds \
+                 two connections per node whatever the number of queues, one for commands and \
+                 one for its idle consumers' key tracking.",
             ));
         }
         let asked = config.max_connections;
