@@ -332,6 +332,34 @@ describe('many idle queues on a cluster', () => {
   }, 60000);
 });
 
+describe('idle wake-ups on a cluster', () => {
+  test('a node\'s tracking connection killed under an idle consumer: an entry another client stores afterwards still reaches it', async () => {
+    const port = cluster.ports[1];
+    const { stream } = await streamOwnedBy(port, 'tracking-killed');
+    const got = [];
+    const consumer = startConsumer(clusterTransport(stream), got);
+    const trackingIds = async () =>
+      String(await nodeCommand(port, 'CLIENT', 'LIST'))
+        .split('\n')
+        .filter((line) => /\bflags=\S*t/.test(line))
+        .map((line) => /\bid=(\d+)/.exec(line)[1]);
+    expect(await pollUntil(async () => (await trackingIds()).length === 1, { timeoutMs: 5000 })).toBe(true);
+    const [killed] = await trackingIds();
+    await nodeCommand(port, 'CLIENT', 'KILL', 'ID', killed);
+    // Tracked again, over a new connection.
+    expect(
+      await pollUntil(async () => (await trackingIds()).some((id) => id !== killed), { timeoutMs: 5000 }),
+    ).toBe(true);
+    const serializer = new JsonSerializer([ClusterMessage]);
+    const { body, headers } = serializer.encode(message(1));
+    await admin.xadd(stream, '*', 'body', body, 'headers', JSON.stringify(headers));
+    await pollUntil(() => got.length > 0 || consumer.failure() !== undefined, { timeoutMs: 5000 });
+    expect(consumer.failure()).toBeUndefined();
+    expect(got.map((g) => g.n)).toEqual([1]);
+    await consumer.stop();
+  }, 30000);
+});
+
 describe('slot migration', () => {
   /**
    * Resolves once a client keeps key tracking on (an idle consumer's wait, see

@@ -6,10 +6,14 @@
 //! consumers are woken and claim; its keys are read, and so tracked, again when a consumer
 //! waits once more. An idle queue thus costs no command while nothing happens, and a node
 //! holds one such connection whatever the number of queues.
+//! Each node's reads run in a task of their own, so a node that does not answer holds up no
+//! other node's wake-ups; pushes and read results come back to one loop as events.
 //! Invariant: a stream with idle consumers is tracked, or its consumers are woken to claim at
 //! least every `RECONNECT_MOST` (its node could not be reached or the read was redirected);
 //! its keys are read only after they registered, and a read that finds an entry above what
-//! they registered wakes them (an entry added before the tracking began).
+//! they registered wakes them (an entry added before the tracking began). A change announced
+//! while a stream's read is under way makes it read again: the announcement may concern the
+//! read itself, after which the node tracks the key no more.
 
 use super::{IdleRead, READ_BLOCK, RECONNECT_FIRST, RECONNECT_MOST};
 use crate::engines::redis::blocked::READ_MARGIN;
@@ -17,7 +21,7 @@ use crate::engines::redis::connection::ClusterTarget;
 use crate::engines::redis::replies::{last_id, StreamId};
 use redis::aio::MultiplexedConnection;
 use redis::{PushInfo, PushKind, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
@@ -27,6 +31,8 @@ use tokio::time::Instant;
 enum Arming {
     /// Not tracked (never read, or the node announced a change since).
     Untracked,
+    /// A read is under way; `announced`: a change was announced meanwhile.
+    Reading { announced: bool },
     /// Tracked since a read that saw `top` as the stream's last entry.
     Tracked { top: StreamId },
     /// The read failed: tried again (and the consumers woken) then.
@@ -43,13 +49,19 @@ struct Stream {
     pause: Duration,
 }
 
-/// A node's tracking connection.
-struct Link {
-    conn: MultiplexedConnection,
+/// What reaches the loop.
+enum Event {
+    /// A node's push (a key invalidation, the library's disconnection notice; a failed health
+    /// check comes as a disconnection).
+    Push(String, PushInfo),
+    /// A node's reads came back: the connection they went over (`None`: it failed, or could
+    /// not be made) and what each stream's read came to.
+    Read {
+        node: String,
+        conn: Option<MultiplexedConnection>,
+        outcomes: Vec<(String, Armed)>,
+    },
 }
-
-/// A push from a node's connection, with the node it came from.
-type Push = (String, PushInfo);
 
 /// What a read of one stream's keys came to.
 enum Armed {
@@ -58,30 +70,42 @@ enum Armed {
     Failed,
 }
 
+/// The loop's own state.
+struct Tracking {
+    cluster: ClusterTarget,
+    timeout: Duration,
+    events: UnboundedSender<Event>,
+    seed: String,
+    streams: HashMap<String, Stream>,
+    links: HashMap<String, MultiplexedConnection>,
+    /// Nodes with reads under way (one batch per node at a time).
+    reading: HashSet<String>,
+}
+
 impl IdleRead {
     /// Tracks the keys of the streams that have idle consumers on the nodes that hold them,
     /// and wakes a stream's consumers when a node announces a change (see the module doc).
     pub(super) async fn track_loop(self: Arc<Self>, cluster: ClusterTarget, timeout: Duration) {
-        let (pushes, mut announced) = unbounded_channel::<Push>();
-        let mut links: HashMap<String, Link> = HashMap::new();
-        let mut streams: HashMap<String, Stream> = HashMap::new();
-        let seed = cluster.seed_address();
+        let (events, mut inbox) = unbounded_channel::<Event>();
+        let mut tracking = Tracking {
+            seed: cluster.seed_address(),
+            cluster,
+            timeout,
+            events,
+            streams: HashMap::new(),
+            links: HashMap::new(),
+            reading: HashSet::new(),
+        };
         let mut check_at = Instant::now() + READ_BLOCK;
         loop {
             let seen = self.plan.seq();
             if self.closing.is_cancelled() {
                 return;
             }
-            let due = self.streams_to_read(&mut streams, &seed);
-            if !due.is_empty() {
-                let outcomes = tokio::select! {
-                    outcomes = read_and_track(&cluster, &mut links, &streams, &due, &pushes, timeout) => outcomes,
-                    _ = self.closing.cancelled() => return,
-                };
-                self.tracked(&mut streams, &mut links, outcomes);
-                continue;
-            }
-            let retry_at = streams
+            let due = self.streams_to_read(&mut tracking);
+            tracking.start_reads(due);
+            let retry_at = tracking
+                .streams
                 .values()
                 .filter_map(|s| match s.arming {
                     Arming::RetryAt(at) => Some(at),
@@ -90,21 +114,18 @@ impl IdleRead {
                 .min();
             let wake_at = retry_at.map_or(check_at, |at| at.min(check_at));
             tokio::select! {
-                push = announced.recv() => {
-                    if let Some((node, push)) = push {
-                        self.announced(&mut streams, &mut links, &node, push);
+                event = inbox.recv() => match event {
+                    Some(Event::Push(node, push)) => self.announced(&mut tracking, &node, push),
+                    Some(Event::Read { node, conn, outcomes }) => {
+                        self.read(&mut tracking, node, conn, outcomes)
                     }
-                }
+                    None => return,
+                },
                 _ = self.plan.changed(seen) => {}
                 _ = tokio::time::sleep_until(wake_at) => {
                     if Instant::now() >= check_at {
                         check_at = Instant::now() + READ_BLOCK;
-                        // A node none of the streams is read on any more (the seed that
-                        // redirected them, a node whose slots moved away) is let go.
-                        links.retain(|node, _| streams.values().any(|s| s.node == *node));
-                        for node in dead_links(&links).await {
-                            self.lost_node(&mut streams, &mut links, &node);
-                        }
+                        tracking.check_links();
                     }
                 }
                 _ = self.closing.cancelled() => return,
@@ -112,13 +133,14 @@ impl IdleRead {
         }
     }
 
-    /// Brings `streams` in line with the streams that have idle consumers, wakes consumers
-    /// that registered below what their stream's last read saw, and returns the streams whose
-    /// keys are to be read now.
-    fn streams_to_read(&self, streams: &mut HashMap<String, Stream>, seed: &str) -> Vec<String> {
+    /// Brings the tracked streams in line with the streams that have idle consumers, wakes
+    /// consumers that registered below what their stream's last read saw, and returns the
+    /// streams whose keys are to be read now.
+    fn streams_to_read(&self, tracking: &mut Tracking) -> Vec<String> {
         self.prune();
         let now = Instant::now();
         let mut state = self.state();
+        let streams = &mut tracking.streams;
         streams.retain(|name, _| state.streams.contains_key(name));
         let mut due = Vec::new();
         for (name, covered) in state.streams.iter_mut() {
@@ -126,7 +148,7 @@ impl IdleRead {
                 continue;
             }
             let stream = streams.entry(name.clone()).or_insert_with(|| Stream {
-                node: seed.to_owned(),
+                node: tracking.seed.clone(),
                 delay_key: covered.delay_key.clone(),
                 arming: Arming::Untracked,
                 pause: RECONNECT_FIRST,
@@ -136,32 +158,46 @@ impl IdleRead {
                     covered.after = top;
                     covered.signal.wake();
                 }
-                Arming::Tracked { .. } => {}
-                Arming::RetryAt(at) if at > now => {}
-                Arming::Untracked | Arming::RetryAt(_) => due.push(name.clone()),
+                Arming::Untracked => due.push(name.clone()),
+                Arming::RetryAt(at) if at <= now => due.push(name.clone()),
+                _ => {}
             }
         }
         due
     }
 
-    /// Applies the reads' outcomes: tracked streams wake their consumers if an entry is above
+    /// A node's reads came back: tracked streams wake their consumers if an entry is above
     /// what they registered; redirected ones are read on their node next; failed ones wake
     /// their consumers (they claim, and meet the failure or not) and are read again later.
-    fn tracked(
+    fn read(
         &self,
-        streams: &mut HashMap<String, Stream>,
-        links: &mut HashMap<String, Link>,
+        tracking: &mut Tracking,
+        node: String,
+        conn: Option<MultiplexedConnection>,
         outcomes: Vec<(String, Armed)>,
     ) {
+        tracking.reading.remove(&node);
+        match conn {
+            Some(conn) => {
+                tracking.links.entry(node).or_insert(conn);
+            }
+            // Whatever else the connection tracked is lost with it.
+            None => self.lost_node(tracking, &node),
+        }
         let mut state = self.state();
         for (name, outcome) in outcomes {
-            let Some(stream) = streams.get_mut(&name) else {
+            let Some(stream) = tracking.streams.get_mut(&name) else {
                 continue;
             };
+            let announced = matches!(stream.arming, Arming::Reading { announced: true });
             let covered = state.streams.get_mut(&name);
             match outcome {
                 Armed::Tracked(top) => {
-                    stream.arming = Arming::Tracked { top };
+                    stream.arming = if announced {
+                        Arming::Untracked
+                    } else {
+                        Arming::Tracked { top }
+                    };
                     stream.pause = RECONNECT_FIRST;
                     if let Some(covered) = covered {
                         if covered.after < top {
@@ -175,7 +211,6 @@ impl IdleRead {
                     stream.arming = Arming::Untracked;
                 }
                 Armed::Failed => {
-                    links.remove(&stream.node);
                     stream.arming = Arming::RetryAt(Instant::now() + stream.pause);
                     stream.pause = (stream.pause * 2).min(RECONNECT_MOST);
                     if let Some(covered) = covered {
@@ -188,60 +223,40 @@ impl IdleRead {
 
     /// A node's push: keys that changed wake their streams' consumers and are no longer
     /// tracked; a lost connection (or a flush: no keys named) does so for all its streams.
-    fn announced(
-        &self,
-        streams: &mut HashMap<String, Stream>,
-        links: &mut HashMap<String, Link>,
-        node: &str,
-        push: PushInfo,
-    ) {
+    fn announced(&self, tracking: &mut Tracking, node: &str, push: PushInfo) {
         match push.kind {
             PushKind::Invalidate => match push.data.first() {
                 Some(Value::Array(keys)) => {
-                    let keys: Vec<String> = keys
-                        .iter()
-                        .filter_map(|k| match k {
-                            Value::BulkString(bytes) => {
-                                Some(String::from_utf8_lossy(bytes).into_owned())
-                            }
-                            Value::SimpleString(text) => Some(text.clone()),
-                            _ => None,
-                        })
-                        .collect();
+                    let keys: Vec<String> = keys.iter().filter_map(key_name).collect();
                     let state = self.state();
-                    for (name, stream) in streams.iter_mut() {
+                    for (name, stream) in tracking.streams.iter_mut() {
                         if keys.iter().any(|k| k == name || *k == stream.delay_key) {
-                            stream.arming = Arming::Untracked;
+                            stream.untrack();
                             if let Some(covered) = state.streams.get(name) {
                                 covered.signal.wake();
                             }
                         }
                     }
                 }
-                _ => self.untrack_node(streams, node),
+                _ => self.untrack_node(tracking, node),
             },
-            PushKind::Disconnection => self.lost_node(streams, links, node),
+            PushKind::Disconnection => self.lost_node(tracking, node),
             _ => {}
         }
     }
 
-    fn lost_node(
-        &self,
-        streams: &mut HashMap<String, Stream>,
-        links: &mut HashMap<String, Link>,
-        node: &str,
-    ) {
-        links.remove(node);
-        self.untrack_node(streams, node);
+    fn lost_node(&self, tracking: &mut Tracking, node: &str) {
+        tracking.links.remove(node);
+        self.untrack_node(tracking, node);
     }
 
     /// Every stream read on `node` is read again, and its consumers claim (they may have
     /// missed a change).
-    fn untrack_node(&self, streams: &mut HashMap<String, Stream>, node: &str) {
+    fn untrack_node(&self, tracking: &mut Tracking, node: &str) {
         let state = self.state();
-        for (name, stream) in streams.iter_mut() {
+        for (name, stream) in tracking.streams.iter_mut() {
             if stream.node == node {
-                stream.arming = Arming::Untracked;
+                stream.untrack();
                 if let Some(covered) = state.streams.get(name) {
                     covered.signal.wake();
                 }
@@ -250,79 +265,142 @@ impl IdleRead {
     }
 }
 
-/// Reads (and so tracks) the keys of each stream in `due` on its node, one pipeline per node,
-/// the nodes at once. A node that cannot be reached fails its streams.
-async fn read_and_track(
-    cluster: &ClusterTarget,
-    links: &mut HashMap<String, Link>,
-    streams: &HashMap<String, Stream>,
-    due: &[String],
-    pushes: &UnboundedSender<Push>,
-    timeout: Duration,
-) -> Vec<(String, Armed)> {
-    let mut by_node: BTreeMap<&str, Vec<&String>> = BTreeMap::new();
-    for name in due {
-        if let Some(stream) = streams.get(name) {
-            by_node.entry(&stream.node).or_default().push(name);
+impl Stream {
+    /// The node tracks its keys no more (a change was announced, or the connection is lost).
+    fn untrack(&mut self) {
+        self.arming = match self.arming {
+            Arming::Reading { .. } => Arming::Reading { announced: true },
+            Arming::RetryAt(at) => Arming::RetryAt(at),
+            Arming::Untracked | Arming::Tracked { .. } => Arming::Untracked,
+        };
+    }
+}
+
+impl Tracking {
+    /// Starts reading the keys of `due` on their nodes: one task per node, one pipeline each,
+    /// except on nodes whose last reads are still under way (their streams wait for them).
+    fn start_reads(&mut self, due: Vec<String>) {
+        let mut by_node: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        for name in due {
+            let Some(stream) = self.streams.get_mut(&name) else {
+                continue;
+            };
+            if self.reading.contains(&stream.node) {
+                continue;
+            }
+            stream.arming = Arming::Reading { announced: false };
+            by_node
+                .entry(stream.node.clone())
+                .or_default()
+                .push((name, stream.delay_key.clone()));
+        }
+        for (node, keys) in by_node {
+            self.reading.insert(node.clone());
+            tokio::spawn(read_on_node(
+                self.cluster.clone(),
+                node.clone(),
+                self.links.get(&node).cloned(),
+                keys,
+                self.events.clone(),
+                self.timeout,
+            ));
         }
     }
-    let reads = by_node.into_iter().map(|(node, names)| {
-        let link = links.get(node).map(|l| l.conn.clone());
-        async move {
-            let conn = match link {
-                Some(conn) => Ok(conn),
-                None => open_link(cluster, node, pushes.clone(), timeout).await,
-            };
-            let Ok(mut conn) = conn else {
-                let failed = names.iter().map(|n| ((*n).clone(), Armed::Failed));
-                return (node.to_owned(), None, failed.collect());
-            };
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors();
-            for name in &names {
-                pipe.cmd("XREVRANGE")
-                    .arg(name.as_str())
-                    .arg("+")
-                    .arg("-")
-                    .arg("COUNT")
-                    .arg(1)
-                    .cmd("ZCARD")
-                    .arg(streams.get(*name).map_or("", |s| s.delay_key.as_str()));
-            }
-            let replies = tokio::time::timeout(
-                timeout + READ_MARGIN,
-                pipe.query_async::<Vec<Value>>(&mut conn),
-            )
-            .await;
-            let Ok(Ok(replies)) = replies else {
-                let failed = names.iter().map(|n| ((*n).clone(), Armed::Failed));
-                return (node.to_owned(), None, failed.collect());
-            };
+
+    /// Lets go of connections to nodes no stream is read on any more (the seed that
+    /// redirected them, a node whose slots moved away), and pings the others: one that does
+    /// not answer in time (a silent peer) is reported as lost.
+    fn check_links(&mut self) {
+        let streams = &self.streams;
+        let reading = &self.reading;
+        self.links
+            .retain(|node, _| reading.contains(node) || streams.values().any(|s| s.node == *node));
+        for (node, conn) in &self.links {
+            let (node, mut conn, events) = (node.clone(), conn.clone(), self.events.clone());
+            tokio::spawn(async move {
+                let ping = redis::cmd("PING");
+                let answered =
+                    tokio::time::timeout(READ_MARGIN, ping.query_async::<Value>(&mut conn)).await;
+                if !matches!(answered, Ok(Ok(_))) {
+                    let lost = PushInfo {
+                        kind: PushKind::Disconnection,
+                        data: Vec::new(),
+                    };
+                    let _ = events.send(Event::Push(node, lost));
+                }
+            });
+        }
+    }
+}
+
+/// Reads (and so tracks) each stream's keys on `node`, over `link` or a connection made now,
+/// and reports the outcome as an event. A connection that fails fails every stream.
+async fn read_on_node(
+    cluster: ClusterTarget,
+    node: String,
+    link: Option<MultiplexedConnection>,
+    keys: Vec<(String, String)>,
+    events: UnboundedSender<Event>,
+    timeout: Duration,
+) {
+    let conn = match link {
+        Some(conn) => Ok(conn),
+        None => open_link(&cluster, &node, events.clone(), timeout).await,
+    };
+    let failed = |keys: Vec<(String, String)>| {
+        keys.into_iter()
+            .map(|(stream, _)| (stream, Armed::Failed))
+            .collect()
+    };
+    let Ok(mut conn) = conn else {
+        let _ = events.send(Event::Read {
+            node,
+            conn: None,
+            outcomes: failed(keys),
+        });
+        return;
+    };
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for (stream, delay_key) in &keys {
+        pipe.cmd("XREVRANGE")
+            .arg(stream)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(1)
+            .cmd("ZCARD")
+            .arg(delay_key);
+    }
+    let replies = tokio::time::timeout(
+        timeout + READ_MARGIN,
+        pipe.query_async::<Vec<Value>>(&mut conn),
+    )
+    .await;
+    let event = match replies {
+        Ok(Ok(replies)) => {
             let mut replies = replies.into_iter();
-            let outcomes: Vec<(String, Armed)> = names
-                .iter()
-                .map(|name| {
+            let outcomes = keys
+                .into_iter()
+                .map(|(stream, _)| {
                     let top = replies.next().unwrap_or(Value::Nil).extract_error();
                     let delayed = replies.next().unwrap_or(Value::Nil).extract_error();
-                    ((*name).clone(), armed(top, delayed))
+                    (stream, armed(top, delayed))
                 })
                 .collect();
-            (node.to_owned(), Some(conn), outcomes)
-        }
-    });
-    let mut outcomes = Vec::new();
-    for (node, conn, read) in futures_util::future::join_all(reads).await {
-        match conn {
-            Some(conn) => {
-                links.entry(node).or_insert(Link { conn });
-            }
-            None => {
-                links.remove(&node);
+            Event::Read {
+                node,
+                conn: Some(conn),
+                outcomes,
             }
         }
-        outcomes.extend(read);
-    }
-    outcomes
+        _ => Event::Read {
+            node,
+            conn: None,
+            outcomes: failed(keys),
+        },
+    };
+    let _ = events.send(event);
 }
 
 /// What the replies of one stream's reads say: tracked from the stream's last entry, moved
@@ -343,15 +421,24 @@ fn armed(top: redis::RedisResult<Value>, delayed: redis::RedisResult<Value>) -> 
     }
 }
 
-/// A tracking connection to `node`: RESP3, its pushes tagged with the node.
+/// A key an invalidation names.
+fn key_name(key: &Value) -> Option<String> {
+    match key {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    }
+}
+
+/// A tracking connection to `node`: RESP3, its pushes sent on as events tagged with the node.
 async fn open_link(
     cluster: &ClusterTarget,
     node: &str,
-    pushes: UnboundedSender<Push>,
+    events: UnboundedSender<Event>,
     timeout: Duration,
 ) -> redis::RedisResult<MultiplexedConnection> {
     let tag = node.to_owned();
-    let sender = move |push: PushInfo| pushes.send((tag.clone(), push));
+    let sender = move |push: PushInfo| events.send(Event::Push(tag.clone(), push));
     let open = async {
         let mut conn = cluster.node_connection(node, timeout, sender).await?;
         redis::cmd("CLIENT")
@@ -364,22 +451,4 @@ async fn open_link(
     tokio::time::timeout(timeout + READ_MARGIN, open)
         .await
         .unwrap_or_else(|_| Err(redis::RedisError::from((redis::ErrorKind::Io, "no answer"))))
-}
-
-/// The nodes whose connection did not answer a `PING` in time (a silent peer).
-async fn dead_links(links: &HashMap<String, Link>) -> Vec<String> {
-    let pings = links.iter().map(|(node, link)| {
-        let mut conn = link.conn.clone();
-        async move {
-            let ping = redis::cmd("PING");
-            let answered =
-                tokio::time::timeout(READ_MARGIN, ping.query_async::<Value>(&mut conn)).await;
-            (!matches!(answered, Ok(Ok(_)))).then(|| node.clone())
-        }
-    });
-    futures_util::future::join_all(pings)
-        .await
-        .into_iter()
-        .flatten()
-        .collect()
 }
