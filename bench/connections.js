@@ -58,9 +58,9 @@ const COUNTERS = {
     const wanted = new Set(ports);
     return rows.filter((row) => wanted.has(Number(String(row.host).split(':').pop()))).length;
   },
-  async redis(ports) {
+  async redis(ports, dsn = ENGINES.redis.dsn) {
     const wanted = new Set(ports);
-    return ENGINES.redis.admin().withClient(async (client) => {
+    return ENGINES.redis.admin(dsn).withClient(async (client) => {
       const [own, list] = await Promise.all([client.client('ID'), client.client('LIST')]);
       return list
         .split('\n')
@@ -72,12 +72,27 @@ const COUNTERS = {
 
 /**
  * How many connections the engine's server holds for this process (undefined for an engine
- * without a server; NaN where /proc cannot be read).
+ * without a server; NaN where /proc cannot be read); on a Redis `cluster` (`{ nodes }`), the
+ * most any one node holds.
  * @param {'postgres' | 'mysql' | 'redis' | 'sqlite'} engine
+ * @param {{ nodes: { port: number }[] }} [cluster]
  */
-async function serverConnectionsOfThisProcess(engine) {
+async function serverConnectionsOfThisProcess(engine, cluster) {
   const e = ENGINES[engine];
   if (!e.server) return undefined;
+  if (cluster !== undefined) {
+    let most = 0;
+    for (const { port } of cluster.nodes) {
+      let ports;
+      try {
+        ports = ownPorts(port);
+      } catch {
+        return Number.NaN;
+      }
+      most = Math.max(most, await COUNTERS.redis(ports, `redis://127.0.0.1:${port}`));
+    }
+    return most;
+  }
   let ports;
   try {
     ports = ownPorts(Number(new URL(e.dsn).port || e.defaultPort));

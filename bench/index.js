@@ -16,6 +16,7 @@ const { Progress } = require('../scripts/progress');
 const { parseArgs, USAGE } = require('./args');
 const { runFresh } = require('./child');
 const { scaleRuns, scaleSections } = require('./scale-report');
+const { startCluster } = require('./redis-cluster');
 
 const runOnce = (job) => runFresh('run-one.js', job);
 
@@ -50,6 +51,13 @@ function wakeFloorP50s(measuredLimits) {
   );
 }
 
+/** The implementations a run measures on an engine (none where it does not apply). */
+function implsOf(engine, run) {
+  if (run.engines !== undefined && !run.engines.includes(engine)) return [];
+  // Side by side where the upstream TypeScript transport exists for the engine.
+  return run.impls ?? (ENGINES[engine].upstream ? ['native', 'upstream'] : ['native']);
+}
+
 async function main() {
   const options = parseArgs(process.argv.slice(2));
   if (options.help) {
@@ -60,9 +68,16 @@ async function main() {
   const deep = Object.fromEntries(Object.keys(ENGINES).map((engine) => [engine, []]));
   const runs = { ...RUNS, ...scaleRuns(options) };
   const runsPerRound = options.engines.reduce(
-    (sum, engine) => sum + Object.keys(runs).length * (ENGINES[engine].upstream ? 2 : 1) + (options.deep > 0 ? 1 : 0),
+    (sum, engine) =>
+      sum + Object.values(runs).reduce((n, run) => n + implsOf(engine, run).length, 0) + (options.deep > 0 ? 1 : 0),
     0,
   );
+  // A throwaway cluster for the runs that ask for one, started when the first does.
+  let cluster;
+  const clusterOf = async () => {
+    cluster ??= await startCluster({ masters: 3 });
+    return { dsn: cluster.dsn, nodes: cluster.nodes };
+  };
   const runsInAll = options.rounds * runsPerRound + limitRuns(options);
   const progress = new Progress(runsInAll, process.stderr);
   let runsDone = 0;
@@ -75,12 +90,12 @@ async function main() {
     for (const engine of options.engines) {
       results[engine] ??= {};
       for (const [key, run] of Object.entries(runs)) {
-        // Side by side where the upstream TypeScript transport exists for the engine.
-        const impls = ENGINES[engine].upstream ? ['native', 'upstream'] : ['native'];
-        for (const impl of impls) {
+        for (const impl of implsOf(engine, run)) {
           const { upstreamN, ...job } = run;
           const n = impl === 'upstream' && upstreamN !== undefined ? upstreamN : job.n;
-          const result = runOne({ engine, impl, ...job, n });
+          // The job names the cluster's DSN and nodes in place of `cluster: true`.
+          const where = job.cluster ? { cluster: await clusterOf() } : {};
+          const result = runOne({ engine, impl, ...job, n, ...where });
           ran(`round ${round} ${engine} ${key} ${impl}`, result);
           if (result === undefined) continue;
           ((results[engine][key] ??= {})[impl] ??= []).push(result);
@@ -93,6 +108,7 @@ async function main() {
       }
     }
   }
+  await cluster?.stop();
   // After every workload run, so the limits' prefills do not load the servers under them.
   const measuredLimits = options.limits ? await measureLimits(options, ran) : {};
   progress.end();

@@ -40,10 +40,10 @@ async function main() {
   // Most runs use one queue; the multi-queue ones (`job.queues`) as many as they say.
   const queues = Array.from({ length: job.queues ?? 1 }, () => queueName(job.engine));
   const [queue] = queues;
-  const makeTransport = transportFactory(job.engine, job.impl, queue);
-  const makeTransportOn = (name) => transportFactory(job.engine, job.impl, name)();
-  const nativeFactory = transportFactory(job.engine, 'native', queue);
-  const readServerCpu = await serverCpu(job.engine);
+  const makeTransport = transportFactory(job.engine, job.impl, queue, job.cluster);
+  const makeTransportOn = (name) => transportFactory(job.engine, job.impl, name, job.cluster)();
+  const nativeFactory = transportFactory(job.engine, 'native', queue, job.cluster);
+  const readServerCpu = await serverCpu(job.engine, job.cluster);
   await ensureSchema(job.engine, nativeFactory);
   if (PREFILLED.has(job.workload)) {
     for (let i = 0; i < queues.length; i += 1) {
@@ -56,7 +56,7 @@ async function main() {
   try {
     result = await WORKLOADS[job.workload]({ makeTransport, makeTransportOn, n: job.n, job, queue, queues });
   } catch (error) {
-    await cleanup(job.engine, queues);
+    if (job.cluster === undefined) await cleanup(job.engine, queues);
     throw error;
   }
   await settleBackends();
@@ -64,7 +64,8 @@ async function main() {
   result.serverCpuPerMessage = (readServerCpu() - serverCpuBefore) / job.n;
   if (job.payloadBytes !== undefined && result.rate !== undefined) result.mbPerSecond = (result.rate * job.payloadBytes) / 1e6;
   result.peakRssMb = process.resourceUsage().maxRSS / 1024;
-  await cleanup(job.engine, queues);
+  // A throwaway cluster goes with everything on it.
+  if (job.cluster === undefined) await cleanup(job.engine, queues);
   process.stdout.write(`${JSON.stringify(result)}\n`);
 }
 

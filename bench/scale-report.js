@@ -25,6 +25,19 @@ function scaleRuns(options) {
   for (const queues of options.queues) {
     runs[`queues${queues}`] = { workload: 'manyQueues', n: queues, queues, idleMs: options.idleMs };
   }
+  // B7 on Redis also on a throwaway three-master cluster, native only: the upstream transport
+  // has no cluster mode.
+  for (const queues of options.queues) {
+    runs[`queues${queues}cluster`] = {
+      workload: 'manyQueues',
+      n: queues,
+      queues,
+      idleMs: options.idleMs,
+      cluster: true,
+      engines: ['redis'],
+      impls: ['native'],
+    };
+  }
   return runs;
 }
 
@@ -86,19 +99,20 @@ function manyQueuesLines(options, results, runs) {
   const lines = [
     '## B7 many queues',
     '',
-    `One process, one transport per queue with the core \`Worker\` on it, one message handled per queue, then idling: the server connections this process holds (counted on the server, by this process's client ports), its CPU and the server's over ${options.idleMs / 1000} s of idling (% of one core; in brackets the server's before the run opened anything, its other users' share), then one message sent per queue 10 ms apart and the wake-up (send → handled) p50 / p99. Medians of the rounds. Transports are opened while the server keeps 20 connections for its other users.`,
+    `One process, one transport per queue with the core \`Worker\` on it, one message handled per queue, then idling: the server connections this process holds (counted on the server, by this process's client ports; on a cluster, the most any node holds, and the CPU of all its nodes), its CPU and the server's over ${options.idleMs / 1000} s of idling (% of one core; in brackets the server's before the run opened anything, its other users' share), then one message sent per queue 10 ms apart and the wake-up (send → handled) p50 / p99. Medians of the rounds. Transports are opened while the server keeps 20 connections for its other users.`,
     '',
     '| engine | queues | transport | connections | client CPU % idle | server CPU % idle (before) | wake-up p50 / p99 ms |',
     '|---|---|---|---|---|---|---|',
   ];
   for (const engine of options.engines) {
     for (const key of keys) {
-      const { queues } = runs[key];
+      const { queues, cluster } = runs[key];
+      const label = cluster ? `${engine} cluster (3 masters)` : engine;
       for (const impl of ['native', 'upstream']) {
         const cells = manyQueuesCells(results[engine]?.[key]?.[impl] ?? [], impl, queues);
         if (cells === undefined) continue;
         const row = typeof cells === 'string' ? [cells, '', '', ''] : cells;
-        lines.push(`| ${engine} | ${queues} | ${impl} | ${row.join(' | ')} |`);
+        lines.push(`| ${label} | ${queues} | ${impl} | ${row.join(' | ')} |`);
       }
     }
   }

@@ -67,9 +67,13 @@ async function serverPid(engine) {
 /**
  * A reader of the engine's server CPU time in µs (NaN when it cannot be read). PostgreSQL's
  * reading includes the backends that have exited: read it after the workload's connections
- * are closed and reaped (see `settleBackends`).
+ * are closed and reaped (see `settleBackends`). On a Redis `cluster` (`{ nodes }` with their
+ * pids), the sum over its nodes.
  */
-async function serverCpu(engine) {
+async function serverCpu(engine, cluster) {
+  if (cluster !== undefined) {
+    return () => cluster.nodes.reduce((sum, node) => sum + processTreeMicros(node.pid, false), 0);
+  }
   let pid;
   try {
     pid = await serverPid(engine);

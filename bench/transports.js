@@ -19,13 +19,17 @@ function sqliteDsn() {
   return sqliteFile;
 }
 
-/** Builds transports of one implementation on one engine, all on the same queue. */
-function transportFactory(engine, impl, queue) {
+/**
+ * Builds transports of one implementation on one engine, all on the same queue; on Redis,
+ * with `cluster` (`{ dsn }` of a throwaway cluster), on that cluster.
+ */
+function transportFactory(engine, impl, queue, cluster) {
   const native = require('..');
   if (ENGINES[engine].kind === 'redis') {
     const RedisStreamsTransport =
       impl === 'native' ? native.RedisStreamsTransport : require('@schally/nestjs-messenger-transport-redis').RedisStreamsTransport;
-    return () => new RedisStreamsTransport({ dsn: ENGINES.redis.dsn, stream: queue, name: 'bench', serializer: serializer() });
+    const where = cluster === undefined ? { dsn: ENGINES.redis.dsn } : { dsn: cluster.dsn, cluster: true };
+    return () => new RedisStreamsTransport({ ...where, stream: queue, name: 'bench', serializer: serializer() });
   }
   const SqlTransport = impl === 'native' ? native.SqlTransport : require('@schally/nestjs-messenger-transport-sql').SqlTransport;
   const dsn = engine === 'sqlite' ? sqliteDsn() : ENGINES[engine].dsn;

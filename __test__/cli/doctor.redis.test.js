@@ -8,7 +8,7 @@
 const { RedisStreamsTransport } = require('../..');
 const { redis } = require('../../bench/engines');
 const { startRedisServer } = require('../support/redis-server');
-const { startCluster } = require('../support/redis-cluster');
+const { startCluster } = require('../../bench/redis-cluster');
 const { envelopeOf, receiveUpTo, serializer } = require('../support/transport-helpers');
 const { runCli, jsonOf, verdicts, detailOf } = require('./cli-support');
 

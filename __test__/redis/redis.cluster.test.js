@@ -1,7 +1,7 @@
 'use strict';
 
 // RedisStreamsTransport with `cluster: true` on a real local Redis Cluster (three masters, no
-// replicas, started for this file by __test__/support/redis-cluster.js): the core conformance
+// replicas, started for this file by bench/redis-cluster.js): the core conformance
 // suite, streams on slots of every master reached through a seed that does not own them, the
 // hash-tag validation of the stream and its delayKey, and a slot migration under a live
 // consumer (MOVED/ASK followed, the group's pending list and the delayed zset moving along).
@@ -17,7 +17,7 @@ const {
 } = require('@schally/nestjs-messenger');
 const { RedisStreamsTransport } = require('../..');
 const { redis: engine } = require('../support/engines');
-const { startCluster, nodeCommand } = require('../support/redis-cluster');
+const { startCluster, nodeCommand } = require('../../bench/redis-cluster');
 const { sleep, pollUntil } = require('../support/transport-helpers');
 const { idOf, fleetHarness } = require('../support/fleet');
 const { conformanceSuite } = require('../shared/conformance.suite');
@@ -357,6 +357,36 @@ describe('idle wake-ups on a cluster', () => {
     expect(consumer.failure()).toBeUndefined();
     expect(got.map((g) => g.n)).toEqual([1]);
     await consumer.stop();
+  }, 30000);
+
+  test('a user the nodes refuse key tracking: idle consumers claim each pollIntervalMs, so an entry another client stores still reaches them in time', async () => {
+    const user = `no-tracking-${crypto.randomBytes(3).toString('hex')}`;
+    for (const port of cluster.ports) {
+      await nodeCommand(port, 'ACL', 'SETUSER', user, 'on', '>pw', '~*', '&*', '+@all', '-client|tracking');
+    }
+    try {
+      const port = cluster.ports[2];
+      const { stream } = await streamOwnedBy(port, 'no-tracking');
+      const dsn = cluster.dsn.replace('redis://', `redis://${user}:pw@`);
+      const got = [];
+      const transport = clusterTransport(stream, { dsn, pollIntervalMs: 50 });
+      const consumer = startConsumer(transport, got);
+      // Long enough for the tracking's retries to back off to their longest pause (2 s).
+      await sleep(5000);
+      const serializer = new JsonSerializer([ClusterMessage]);
+      const { body, headers } = serializer.encode(message(1));
+      await admin.xadd(stream, '*', 'body', body, 'headers', JSON.stringify(headers));
+      // Within a few poll intervals, not the tracking's retry pause.
+      await pollUntil(() => got.length > 0 || consumer.failure() !== undefined, { timeoutMs: 1000, intervalMs: 10 });
+      expect(consumer.failure()).toBeUndefined();
+      expect(got.map((g) => g.n)).toEqual([1]);
+      await consumer.stop();
+      await ack(transport, got[0].envelope);
+      // Before the user goes: deleting it closes its connections.
+      await transport.close();
+    } finally {
+      for (const port of cluster.ports) await nodeCommand(port, 'ACL', 'DELUSER', user);
+    }
   }, 30000);
 });
 

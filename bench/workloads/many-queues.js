@@ -19,7 +19,7 @@ const GAP_MS = 10;
 
 /**
  * B7: one process, one transport per queue (`queues`, on the engine's DSN as an app would
- * configure them), each with the core Worker on its queue, which gets one message first and
+ * configure them, or on `job.cluster`'s), each with the core Worker on its queue, which gets one message first and
  * then idles. Reports the server connections this process then holds, the process's and the
  * server's CPU over `idleMs` of idling (% of one core; the server's also over `idleMs / 2`
  * before anything was opened, its other users' share), and the wake-up when one message per
@@ -43,7 +43,7 @@ async function manyQueues({ job, queues, makeTransportOn }) {
       else latencies.push(performance.now() - envelope.message.sentAt);
     },
   };
-  const readServerCpu = await serverCpu(job.engine);
+  const readServerCpu = await serverCpu(job.engine, job.cluster);
   // The server's CPU before this process opens anything: its other users' share of the figure.
   const baseline = await serverCpuPercentOver(readServerCpu, idleMs / 2);
   try {
@@ -75,13 +75,13 @@ async function manyQueues({ job, queues, makeTransportOn }) {
     for (let i = 0; i < transports.length; i += 1) await sendAsApp(transports[i], new BenchMessage(`warm-up-${i}`));
     const warmDeadline = Date.now() + 10000;
     while (warmedUp < transports.length && Date.now() < warmDeadline && loopError === undefined) await sleep(5);
-    const connections = await serverConnectionsOfThisProcess(job.engine);
+    const connections = await serverConnectionsOfThisProcess(job.engine, job.cluster);
     const clientBefore = process.cpuUsage();
     const idleStarted = performance.now();
     const serverPercent = await serverCpuPercentOver(readServerCpu, idleMs);
     const client = process.cpuUsage(clientBefore);
     const idleFor = (performance.now() - idleStarted) * 1000;
-    const connectionsAfterIdle = await serverConnectionsOfThisProcess(job.engine);
+    const connectionsAfterIdle = await serverConnectionsOfThisProcess(job.engine, job.cluster);
     for (let i = 0; i < transports.length; i += 1) {
       await sendAsApp(transports[i], new BenchMessage(`q-${i}`, performance.now()));
       await sleep(GAP_MS);

@@ -23,18 +23,7 @@
 
 const net = require('node:net');
 const { performance } = require('node:perf_hooks');
-
-/** A TCP port that was free a moment ago on 127.0.0.1. */
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
+const { freePort } = require('../../support/ports');
 
 /**
  * Ends `socket` with a TCP reset, or, when its write side was already ended, plainly.

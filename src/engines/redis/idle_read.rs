@@ -92,6 +92,8 @@ struct State {
     /// Moves on every registration and leave.
     changes: u64,
     started: bool,
+    /// A cluster's key tracking, not a shared read, wakes the idle consumers.
+    tracking: bool,
 }
 
 /// The shared read and poll of one deployment; `RedisShared` owns it and closes it.
@@ -151,10 +153,12 @@ impl IdleRead {
         let key = state.next_key;
         state.next_key += 1;
         let mut replan = state.watched.is_empty();
+        let tracking = state.tracking;
         match state.streams.get_mut(&watched.stream) {
             Some(covered) => {
-                // A cluster's tracking reads the keys again once a consumer is back.
-                replan |= covered.users == 0;
+                // A cluster's tracking reads the keys again once a consumer is back (the
+                // shared read of a single node needs no re-plan for it).
+                replan |= covered.users == 0 && tracking;
                 covered.users += 1;
                 covered.left_at = None;
                 // An empty stream (`0-0`: its consumer acked and deleted what it had) says
@@ -189,6 +193,7 @@ impl IdleRead {
                 timeout,
             } = connect();
             let cluster = matches!(target, Target::Cluster(_));
+            state.tracking = cluster;
             match target {
                 Target::Cluster(nodes) => {
                     tokio::spawn(self.clone().track_loop(*nodes, timeout));

@@ -8,8 +8,8 @@
 //! holds one such connection whatever the number of queues.
 //! Each node's reads run in a task of their own, so a node that does not answer holds up no
 //! other node's wake-ups; pushes and read results come back to one loop as events.
-//! Invariant: a stream with idle consumers is tracked, or its consumers are woken to claim at
-//! least every `RECONNECT_MOST` (its node could not be reached or the read was redirected);
+//! Invariant: a stream with idle consumers is tracked, or its consumers are woken to claim
+//! each `pollIntervalMs` until it is (its node could not be reached, or refused the tracking);
 //! its keys are read only after they registered, and a read that finds an entry above what
 //! they registered wakes them (an entry added before the tracking began). A change announced
 //! while a stream's read is under way makes it read again: the announcement may concern the
@@ -35,8 +35,9 @@ enum Arming {
     Reading { announced: bool },
     /// Tracked since a read that saw `top` as the stream's last entry.
     Tracked { top: StreamId },
-    /// The read failed: tried again (and the consumers woken) then.
-    RetryAt(Instant),
+    /// The read failed: tried again `at`; meanwhile the consumers are woken to claim each
+    /// `pollIntervalMs` (last `woken`), as if they polled.
+    RetryAt { at: Instant, woken: Instant },
 }
 
 struct Stream {
@@ -102,17 +103,9 @@ impl IdleRead {
             if self.closing.is_cancelled() {
                 return;
             }
-            let due = self.streams_to_read(&mut tracking);
+            let (due, next) = self.streams_to_read(&mut tracking);
             tracking.start_reads(due);
-            let retry_at = tracking
-                .streams
-                .values()
-                .filter_map(|s| match s.arming {
-                    Arming::RetryAt(at) => Some(at),
-                    _ => None,
-                })
-                .min();
-            let wake_at = retry_at.map_or(check_at, |at| at.min(check_at));
+            let wake_at = next.map_or(check_at, |at| at.min(check_at));
             tokio::select! {
                 event = inbox.recv() => match event {
                     Some(Event::Push(node, push)) => self.announced(&mut tracking, &node, push),
@@ -134,12 +127,21 @@ impl IdleRead {
     }
 
     /// Brings the tracked streams in line with the streams that have idle consumers, wakes
-    /// consumers that registered below what their stream's last read saw, and returns the
-    /// streams whose keys are to be read now.
-    fn streams_to_read(&self, tracking: &mut Tracking) -> Vec<String> {
+    /// consumers that registered below what their stream's last read saw or whose stream is
+    /// untracked and due a poll, and returns the streams whose keys are to be read now and
+    /// when to look again for those that wait.
+    fn streams_to_read(&self, tracking: &mut Tracking) -> (Vec<String>, Option<Instant>) {
         self.prune();
         let now = Instant::now();
         let mut state = self.state();
+        let poll = state
+            .watched
+            .values()
+            .map(|w| w.poll)
+            .min()
+            .unwrap_or(RECONNECT_MOST)
+            .max(Duration::from_millis(1));
+        let mut next: Option<Instant> = None;
         let streams = &mut tracking.streams;
         streams.retain(|name, _| state.streams.contains_key(name));
         let mut due = Vec::new();
@@ -159,11 +161,19 @@ impl IdleRead {
                     covered.signal.wake();
                 }
                 Arming::Untracked => due.push(name.clone()),
-                Arming::RetryAt(at) if at <= now => due.push(name.clone()),
+                Arming::RetryAt { at, .. } if at <= now => due.push(name.clone()),
+                Arming::RetryAt { at, ref mut woken } => {
+                    if now >= *woken + poll {
+                        *woken = now;
+                        covered.signal.wake();
+                    }
+                    let soonest = at.min(*woken + poll);
+                    next = Some(next.map_or(soonest, |n| n.min(soonest)));
+                }
                 _ => {}
             }
         }
-        due
+        (due, next)
     }
 
     /// A node's reads came back: tracked streams wake their consumers if an entry is above
@@ -211,7 +221,11 @@ impl IdleRead {
                     stream.arming = Arming::Untracked;
                 }
                 Armed::Failed => {
-                    stream.arming = Arming::RetryAt(Instant::now() + stream.pause);
+                    let now = Instant::now();
+                    stream.arming = Arming::RetryAt {
+                        at: now + stream.pause,
+                        woken: now,
+                    };
                     stream.pause = (stream.pause * 2).min(RECONNECT_MOST);
                     if let Some(covered) = covered {
                         covered.signal.wake();
@@ -270,7 +284,7 @@ impl Stream {
     fn untrack(&mut self) {
         self.arming = match self.arming {
             Arming::Reading { .. } => Arming::Reading { announced: true },
-            Arming::RetryAt(at) => Arming::RetryAt(at),
+            Arming::RetryAt { at, woken } => Arming::RetryAt { at, woken },
             Arming::Untracked | Arming::Tracked { .. } => Arming::Untracked,
         };
     }

@@ -1,6 +1,7 @@
 'use strict';
 
-// A throwaway local Redis Cluster for the cluster tests (__test__/redis/redis.cluster.test.js):
+// A throwaway local Redis Cluster for the cluster tests (__test__/redis/redis.cluster.test.js)
+// and the benchmark's many-queues runs on a cluster:
 // three masters, no replicas, on free loopback ports (each also needs its bus port, +10000),
 // in a temporary directory that is removed again. Started with `redis-server` child processes
 // and `redis-cli --cluster create`; stop() kills the processes and removes the directory, and
@@ -244,7 +245,7 @@ async function startCluster({ masters = 3, readyTimeoutMs = 30000 } = {}) {
     ports,
     seedPort: ports[0],
     dsn: `redis://127.0.0.1:${ports[0]}`,
-    nodes: nodes.map(({ port, id }) => ({ port, id })),
+    nodes: nodes.map(({ port, id, child }) => ({ port, id, pid: child.pid })),
     idOf,
     stop,
     keyslot,
