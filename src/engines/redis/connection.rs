@@ -43,6 +43,19 @@ impl ClusterTarget {
         }
     }
 
+    /// A node address as a `MOVED` reply gives it, with the seed's host where it names none
+    /// (the "unknown endpoint" form, `:port`).
+    pub fn reachable(&self, address: &str) -> String {
+        match address.strip_prefix(':') {
+            Some(port) => {
+                let seed = self.seed_address();
+                let host = seed.rsplit_once(':').map_or("", |(host, _)| host);
+                format!("{host}:{port}")
+            }
+            None => address.to_owned(),
+        }
+    }
+
     /// A RESP3 connection of its own to the node at `address` (`host:port`), whose push
     /// messages (key invalidations, the library's disconnection notice) go to `pushes`.
     pub async fn node_connection(

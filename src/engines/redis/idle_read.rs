@@ -13,6 +13,7 @@
 //! where a read over many streams cannot span slots, the nodes' key tracking takes the read's
 //! place (`tracking`), and the poll runs one script per slot.
 
+mod slot_owners;
 mod tracking;
 
 use super::blocked::{open_blocked_read, unblock_read, READ_MARGIN};
@@ -72,6 +73,8 @@ pub(super) struct Watched {
     pub(super) reclaim_at: Instant,
     pub(super) reclaim_period: Duration,
     pub(super) poll: Duration,
+    /// Whether the consumer's last claim saw delayed members (it then waits for the first).
+    pub(super) knows_delayed: bool,
 }
 
 /// The streams the read covers: where it reads after, and how many idle consumers wait.
@@ -79,6 +82,9 @@ struct Covered {
     after: StreamId,
     signal: Arc<WakeSignal>,
     delay_key: String,
+    /// Whether the last consumer to register knew of delayed members (the tracking wakes it
+    /// for members its claim did not see).
+    delayed_known: bool,
     users: usize,
     /// When its last idle consumer left (it lingers, see `LINGER`).
     left_at: Option<Instant>,
@@ -160,6 +166,7 @@ impl IdleRead {
                 // shared read of a single node needs no re-plan for it).
                 replan |= covered.users == 0 && tracking;
                 covered.users += 1;
+                covered.delayed_known = watched.knows_delayed;
                 covered.left_at = None;
                 // An empty stream (`0-0`: its consumer acked and deleted what it had) says
                 // only that nothing is left; the read's own id, raised past entries that
@@ -176,6 +183,7 @@ impl IdleRead {
                         after: top,
                         signal: watched.signal.clone(),
                         delay_key: watched.delay_key.clone(),
+                        delayed_known: watched.knows_delayed,
                         users: 1,
                         left_at: None,
                     },
@@ -196,7 +204,7 @@ impl IdleRead {
             state.tracking = cluster;
             match target {
                 Target::Cluster(nodes) => {
-                    tokio::spawn(self.clone().track_loop(*nodes, timeout));
+                    tokio::spawn(self.clone().track_loop(*nodes, commands.clone(), timeout));
                 }
                 target => {
                     tokio::spawn(self.clone().read_loop(target, commands.clone(), timeout));

@@ -205,6 +205,7 @@ impl RedisQueue {
             reclaim_at,
             reclaim_period: self.reclaim_period(),
             poll: self.config.poll_interval,
+            knows_delayed: next_due.is_some(),
         };
         let registered = self.shared.idle.register(watched, top, || Connect {
             target: self.shared.target.clone(),

@@ -149,12 +149,13 @@ impl RedisQueue {
     }
 
     /// Promotion of due delayed members, then XREADGROUP of new entries, with the stream's
-    /// last id read between them: an idle wait after a claim that found nothing registers it
-    /// with the shared read (`idle_read`), and any entry added after the claim has a higher id
-    /// (one added between the two commands only wakes the consumer once for nothing). On a
-    /// single node the three go in one round trip (the claim after a wake-up is that much
-    /// sooner); on a cluster each goes on its own, so that each follows redirects.
+    /// last id read between them, in one round trip (the claim after a wake-up is that much
+    /// sooner): an idle wait after a claim that found nothing registers it with the shared
+    /// read (`idle_read`), and any entry added after the claim has a higher id (one added
+    /// between the two commands only wakes the consumer once for nothing). The three keys
+    /// share a slot, so a cluster sends them to one node.
     async fn promote_and_read(&self, conn: &mut Conn, limit: u32) -> Result<Value> {
+        let cluster = self.config.connect.cluster;
         let read = self.read_group(limit, None, ">");
         let mut top = redis::cmd("XREVRANGE");
         top.arg(&self.config.stream)
@@ -162,23 +163,6 @@ impl RedisQueue {
             .arg("-")
             .arg("COUNT")
             .arg(1);
-        if self.config.connect.cluster {
-            let promoted = self
-                .promote(conn)
-                .await
-                .map_err(|e| self.err("drainDelayed", &e))?;
-            self.note_next_due(&promoted);
-            let top: Value = top
-                .query_async(conn)
-                .await
-                .map_err(|e| self.err("read", &e))?;
-            let reply = read
-                .query_async(conn)
-                .await
-                .map_err(|e| self.err("read", &e))?;
-            *self.top.lock().unwrap_or_else(|p| p.into_inner()) = last_id(&top);
-            return Ok(reply);
-        }
         let mut promote = redis::cmd("EVALSHA");
         promote
             .arg(PROMOTE.get_hash())
@@ -186,14 +170,31 @@ impl RedisQueue {
             .arg(&self.config.delay_key)
             .arg(&self.config.stream)
             .arg(PROMOTE_LIMIT);
-        let replies: Vec<Value> = redis::pipe()
-            .ignore_errors()
-            .add_command(promote)
-            .add_command(top)
-            .add_command(read)
-            .query_async(conn)
-            .await
-            .map_err(|e| self.err("drainDelayed", &e))?;
+        let mut pipe = redis::pipe();
+        pipe.add_command(promote).add_command(top).add_command(read);
+        // On a cluster the pipeline fails as a whole on an error, so that the cluster client
+        // follows a redirect (`MOVED`, `ASK`) with all three.
+        if !cluster {
+            pipe.ignore_errors();
+        }
+        let replies: Vec<Value> = match pipe.query_async(conn).await {
+            Ok(replies) => replies,
+            // The node has no script yet: loaded and run now. The read ran all the same, and
+            // what it took is re-read by the next claim.
+            Err(e)
+                if cluster
+                    && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                self.lost_a_read();
+                let promoted = self
+                    .promote(conn)
+                    .await
+                    .map_err(|e| self.err("drainDelayed", &e))?;
+                self.note_next_due(&promoted);
+                return Ok(Value::Nil);
+            }
+            Err(e) => return Err(self.err("drainDelayed", &e)),
+        };
         let mut replies = replies.into_iter();
         let (promoted, top, read) = (replies.next(), replies.next(), replies.next());
         match promoted.unwrap_or(Value::Nil).extract_error() {
