@@ -2,7 +2,7 @@
 
 // A throwaway local Redis Cluster for the cluster tests (__test__/redis/redis.cluster.test.js)
 // and the benchmark's many-queues runs on a cluster:
-// three masters, no replicas, on free loopback ports (each also needs its bus port, +10000),
+// three masters (and, if asked, replicas of each), on free loopback ports (each also needs its bus port, +10000),
 // in a temporary directory that is removed again. Started with `redis-server` child processes
 // and `redis-cli --cluster create`; stop() kills the processes and removes the directory, and
 // an exit hook kills them if the test process ends without calling it.
@@ -70,10 +70,11 @@ async function slotMap(port) {
 }
 
 /**
- * Starts a cluster of `masters` nodes. Resolves to a handle:
- * `{ ports, seedPort, dsn, nodes: [{ port, id }], dir, stop(), … helpers }`.
+ * Starts a cluster of `masters` nodes and `replicas` replicas of each. Resolves to a handle:
+ * `{ ports, seedPort, dsn, nodes: [{ port, id, pid }], dir, stop(), kill(port), … helpers }`
+ * (`ports` lists every node, masters first as `redis-cli` made them).
  */
-async function startCluster({ masters = 3, readyTimeoutMs = 30000 } = {}) {
+async function startCluster({ masters = 3, replicas = 0, readyTimeoutMs = 30000 } = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nmn-redis-cluster-'));
   /** @type {{ port: number, child: import('node:child_process').ChildProcess, id?: string }[]} */
   const nodes = [];
@@ -151,10 +152,10 @@ async function startCluster({ masters = 3, readyTimeoutMs = 30000 } = {}) {
   }
 
   try {
-    for (let i = 0; i < masters; i += 1) await spawnNode();
+    for (let i = 0; i < masters * (1 + replicas); i += 1) await spawnNode();
     await run(
       'redis-cli',
-      ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'],
+      ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', String(replicas), '--cluster-yes'],
       60000,
     );
     for (const node of nodes) node.id = String(await nodeCommand(node.port, 'CLUSTER', 'MYID'));
@@ -165,10 +166,16 @@ async function startCluster({ masters = 3, readyTimeoutMs = 30000 } = {}) {
       for (const node of nodes) {
         const info = await clusterInfo(node.port);
         const owners = await slotMap(node.port);
-        if (info.cluster_state !== 'ok' || owners.some((o) => o === undefined) || Number(info.cluster_known_nodes) !== masters) {
+        if (info.cluster_state !== 'ok' || owners.some((o) => o === undefined) || Number(info.cluster_known_nodes) !== nodes.length) {
           ready = false;
           break;
         }
+      }
+      // A replica can take over only once it is in sync with its master.
+      for (const node of nodes) {
+        if (!ready) break;
+        const replication = String(await nodeCommand(node.port, 'INFO', 'replication'));
+        if (/role:slave/.test(replication) && !/master_link_status:up/.test(replication)) ready = false;
       }
       if (ready) break;
       if (Date.now() > deadline) throw new Error(`cluster not ready within ${readyTimeoutMs} ms`);
@@ -181,6 +188,16 @@ async function startCluster({ masters = 3, readyTimeoutMs = 30000 } = {}) {
 
   const ports = nodes.map((n) => n.port);
   const idOf = (port) => nodes.find((n) => n.port === port).id;
+
+  /** Kills the node on `port` (SIGKILL), as a crash would; resolves once it has exited. */
+  async function kill(port) {
+    const { child } = nodes.find((n) => n.port === port);
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    await new Promise((resolve) => {
+      child.once('exit', () => resolve());
+      child.kill('SIGKILL');
+    });
+  }
 
   /** The hash slot of `key` (`CLUSTER KEYSLOT`). */
   async function keyslot(key) {
@@ -248,6 +265,7 @@ async function startCluster({ masters = 3, readyTimeoutMs = 30000 } = {}) {
     nodes: nodes.map(({ port, id, child }) => ({ port, id, pid: child.pid })),
     idOf,
     stop,
+    kill,
     keyslot,
     ownerOf,
     waitOwner,

@@ -397,6 +397,83 @@ describe('idle wake-ups on a cluster', () => {
   }, 30000);
 });
 
+describe('failover under idle consumers (a cluster with a replica of each master)', () => {
+  /** @type {Awaited<ReturnType<typeof startCluster>> | undefined} */
+  let failover;
+
+  beforeAll(async () => {
+    failover = await startCluster({ masters: 3, replicas: 1 });
+  }, 90000);
+
+  afterAll(async () => {
+    await failover?.stop();
+  }, 30000);
+
+  const trackingOn = async (port) =>
+    String(await nodeCommand(port, 'CLIENT', 'LIST'))
+      .split('\n')
+      .some((line) => /\bflags=\S*t/.test(line));
+
+  test('the master holding an idle consumer\'s stream dies and its replica takes over: the keys are tracked on the new master, and an entry stored there reaches the consumer', async () => {
+    const [seed] = failover.ports;
+    const masters = [...new Set((await Promise.all(Array.from({ length: 16384 }, (_, s) => s).filter((s) => s % 512 === 0).map((s) => failover.ownerOf(s)))))];
+    const victim = masters.find((port) => port !== seed);
+    let stream;
+    for (let i = 0; stream === undefined; i += 1) {
+      const candidate = `messenger:{failover-${crypto.randomBytes(4).toString('hex')}}`;
+      if ((await failover.ownerOf(await failover.keyslot(candidate))) === victim) stream = candidate;
+      if (i > 2000) throw new Error('no stream found on the victim master');
+    }
+    const slot = await failover.keyslot(stream);
+    const transport = new RedisStreamsTransport({
+      dsn: failover.dsn,
+      cluster: true,
+      stream,
+      serializer: new JsonSerializer([ClusterMessage]),
+      connectTimeoutMs: 1000,
+    });
+    const got = [];
+    const controller = new AbortController();
+    const loop = (async () => {
+      for await (const envelope of transport.get(controller.signal)) {
+        got.push(envelope.message.n);
+        await transport.ack(envelope);
+      }
+    })();
+    try {
+      expect(await pollUntil(() => trackingOn(victim), { timeoutMs: 5000 })).toBe(true);
+      await failover.kill(victim);
+      // The replica is promoted once the others have taken the master for failed.
+      let owner;
+      expect(
+        await pollUntil(
+          async () => {
+            owner = await failover.ownerOf(slot, seed);
+            return owner !== undefined && owner !== victim;
+          },
+          { timeoutMs: 20000, intervalMs: 100 },
+        ),
+      ).toBe(true);
+      expect(await pollUntil(() => trackingOn(owner), { timeoutMs: 10000, intervalMs: 50 })).toBe(true);
+      // Tracked again, so the consumer reads nothing while nothing happens.
+      await sleep(500);
+      const reads = async () =>
+        Number(/cmdstat_xreadgroup:calls=(\d+)/.exec(String(await nodeCommand(owner, 'INFO', 'commandstats')))?.[1] ?? 0);
+      const before = await reads();
+      await sleep(1000);
+      expect((await reads()) - before).toBe(0);
+      const { body, headers } = new JsonSerializer([ClusterMessage]).encode(message(7));
+      await nodeCommand(owner, 'XADD', stream, '*', 'body', body, 'headers', JSON.stringify(headers));
+      await pollUntil(() => got.length > 0, { timeoutMs: 5000 });
+      expect(got).toEqual([7]);
+    } finally {
+      controller.abort();
+      await loop.catch(() => undefined);
+      await transport.close();
+    }
+  }, 60000);
+});
+
 describe('slot migration', () => {
   /**
    * Resolves once a client keeps key tracking on (an idle consumer's wait, see
