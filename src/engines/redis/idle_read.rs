@@ -405,9 +405,10 @@ impl IdleRead {
     /// Every `pollIntervalMs` (the shortest of the idle consumers', `VANISHED_WITHIN` at
     /// most), one script looks for due delayed members, stalled entries and vanished groups of
     /// every idle consumer, and wakes those that have any; on a cluster one script per slot,
-    /// the slots at once, and no look at the delayed zsets (their changes are announced to
-    /// the tracking, which wakes the consumers). A failed poll is not retried early: the next
-    /// one looks again.
+    /// the slots at once, and no look at the delayed zsets: their changes are announced to the
+    /// tracking, which wakes the consumers, and a member coming due is waited for by its
+    /// consumer, which learnt its due time from its claim. A failed poll is not retried early:
+    /// the next one looks again.
     async fn poll_loop(self: Arc<Self>, mut commands: Conn, cluster: bool) {
         let mut vanish_next = Instant::now() + VANISHED_WITHIN;
         // The EXISTS over the idle consumers' delayed zsets, as of `State::changes`.

@@ -174,10 +174,11 @@ impl RedisQueue {
         unblock_read(commands, client_id, reading).await
     }
 
-    /// An idle wait on a single node: registered with the shared read, it waits for this
-    /// queue's wake signal (moved past `seen`, read before the claim that found nothing), the
-    /// next delayed member this consumer knows of, a delayed add of this process (re-plans
-    /// the wait), `IDLE_CAP`, or `cancel`. It runs no command and claims nothing.
+    /// An idle wait on the deployment's shared read (on a cluster, its key tracking):
+    /// registered with it, it waits for this queue's wake signal (moved past `seen`, read
+    /// before the claim that found nothing), the next delayed member this consumer knows of, a
+    /// delayed add of this process (re-plans the wait), `IDLE_CAP`, or `cancel`. It runs no
+    /// command and claims nothing.
     pub(super) async fn wait_shared(
         &self,
         seen: u64,
