@@ -8,7 +8,8 @@
 const { RedisStreamsTransport } = require('../..');
 const { redis } = require('../../bench/engines');
 const { startRedisServer } = require('../support/redis-server');
-const { startCluster } = require('../../bench/redis-cluster');
+const crypto = require('node:crypto');
+const { startCluster, nodeCommand } = require('../../bench/redis-cluster');
 const { envelopeOf, receiveUpTo, serializer } = require('../support/transport-helpers');
 const { runCli, jsonOf, verdicts, detailOf } = require('./cli-support');
 
@@ -127,11 +128,28 @@ describe('doctor on a Redis Cluster', () => {
     await t.close();
     const run = await runCli(['doctor', '--dsn', cluster.dsn, '--cluster', '--stream', stream, '--json']);
     const report = jsonOf(run);
-    expect(report.checks.map((c) => c.name)).toEqual([...CHECKS.slice(0, 4), 'slot', ...CHECKS.slice(4)]);
+    expect(report.checks.map((c) => c.name)).toEqual([...CHECKS.slice(0, 4), 'tracking', 'slot', ...CHECKS.slice(4)]);
     expect(report.checks.filter((c) => c.status !== 'ok')).toEqual([]);
     const slot = await cluster.keyslot(stream);
     expect(detailOf(report, 'slot')).toBe(`${stream} and ${stream}:delayed share slot ${slot}`);
     expect(run.code).toBe(0);
+  });
+
+  test('a user the nodes refuse CLIENT TRACKING gets a warning that names the permission (exit 0)', async () => {
+    const user = `doctor-no-tracking-${crypto.randomBytes(3).toString('hex')}`;
+    for (const port of cluster.ports) {
+      await nodeCommand(port, 'ACL', 'SETUSER', user, 'on', '>pw', '~*', '&*', '+@all', '-client|tracking');
+    }
+    try {
+      const dsn = cluster.dsn.replace('redis://', `redis://${user}:pw@`);
+      const run = await runCli(['doctor', '--dsn', dsn, '--cluster', '--json']);
+      const report = jsonOf(run);
+      expect(verdicts(report).tracking).toBe('warn');
+      expect(detailOf(report, 'tracking')).toMatch(/^CLIENT TRACKING refused \(.*(NOPERM|NoPerm).*client\|tracking.*\): idle consumers claim each pollIntervalMs instead; grant the user \+client\|tracking$/);
+      expect(run.code).toBe(0);
+    } finally {
+      for (const port of cluster.ports) await nodeCommand(port, 'ACL', 'DELUSER', user);
+    }
   });
 
   test('an untagged stream whose default delayed key lands in another slot fails (exit 1)', async () => {

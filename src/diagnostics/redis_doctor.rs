@@ -95,8 +95,31 @@ pub async fn doctor(report: &mut Report, t: &StreamTarget<'_>) {
         }
         Err(err) => report.fail("clock", err.message),
     }
+    if t.cluster {
+        tracking_check(report, &mut conn, secrets).await;
+    }
     if let Some(stream) = t.stream {
         stream_checks(report, t, &mut conn, stream).await;
+    }
+}
+
+/// On a cluster, idle consumers are woken by the nodes' key tracking: whether this user may
+/// turn it on (`CLIENT TRACKING OFF` needs the same permission and changes nothing here).
+async fn tracking_check(report: &mut Report, conn: &mut Conn, secrets: &[String]) {
+    let mut cmd = redis::cmd("CLIENT");
+    cmd.arg("TRACKING").arg("OFF");
+    match redis_query(conn, &cmd, "tracking", secrets).await {
+        Ok(_) => report.pass(
+            "tracking",
+            "CLIENT TRACKING allowed: idle consumers are woken by the nodes' key tracking",
+        ),
+        Err(err) => report.warn(
+            "tracking",
+            format!(
+                "CLIENT TRACKING refused ({}): idle consumers claim each pollIntervalMs instead; grant the user +client|tracking",
+                err.message
+            ),
+        ),
     }
 }
 
