@@ -29,11 +29,16 @@ function run(file, args, timeoutMs) {
   });
 }
 
+/** The CA (PEM) of the nodes that serve TLS, by port. */
+const tlsCaByPort = new Map();
+
 /** One command on one node, through a short-lived plain (non-cluster) connection. */
 async function nodeCommand(port, command, ...args) {
+  const ca = tlsCaByPort.get(port);
   const redis = new Redis({
     host: '127.0.0.1',
     port,
+    ...(ca === undefined ? {} : { tls: { ca } }),
     lazyConnect: true,
     maxRetriesPerRequest: 0,
     enableOfflineQueue: false,
@@ -72,9 +77,12 @@ async function slotMap(port) {
 /**
  * Starts a cluster of `masters` nodes and `replicas` replicas of each. Resolves to a handle:
  * `{ ports, seedPort, dsn, nodes: [{ port, id, pid }], dir, stop(), kill(port), … helpers }`
- * (`ports` lists every node, masters first as `redis-cli` made them).
+ * (`ports` lists every node, masters first as `redis-cli` made them). With `tls` (PEM file
+ * paths `{ cert, key, ca }`), the nodes serve TLS only, their bus included, and `dsn` is
+ * `rediss://`; clients are not asked for certificates, but nodes are (the bus always asks),
+ * so the certificate must allow client authentication too.
  */
-async function startCluster({ masters = 3, replicas = 0, readyTimeoutMs = 30000 } = {}) {
+async function startCluster({ masters = 3, replicas = 0, tls, readyTimeoutMs = 30000 } = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nmn-redis-cluster-'));
   /** @type {{ port: number, child: import('node:child_process').ChildProcess, id?: string }[]} */
   const nodes = [];
@@ -107,6 +115,7 @@ async function startCluster({ masters = 3, replicas = 0, readyTimeoutMs = 30000 
           }),
       ),
     );
+    for (const node of nodes) tlsCaByPort.delete(node.port);
     fs.rmSync(dir, { recursive: true, force: true });
   }
 
@@ -117,10 +126,22 @@ async function startCluster({ masters = 3, replicas = 0, readyTimeoutMs = 30000 
   async function spawnNode() {
     for (let attempt = 0; attempt < 20; attempt += 1) {
       const port = await freePortPair(10000);
+      const listen = tls === undefined
+        ? ['--port', String(port)]
+        : [
+          '--port', '0',
+          '--tls-port', String(port),
+          '--tls-cluster', 'yes',
+          '--tls-cert-file', tls.cert,
+          '--tls-key-file', tls.key,
+          '--tls-ca-cert-file', tls.ca,
+          '--tls-auth-clients', 'no',
+        ];
+      if (tls !== undefined) tlsCaByPort.set(port, fs.readFileSync(tls.ca, 'utf8'));
       const child = spawn(
         'redis-server',
         [
-          '--port', String(port),
+          ...listen,
           '--cluster-enabled', 'yes',
           '--cluster-config-file', path.join(dir, `nodes-${port}.conf`),
           '--cluster-node-timeout', '2000',
@@ -147,6 +168,7 @@ async function startCluster({ masters = 3, replicas = 0, readyTimeoutMs = 30000 
         await sleep(50);
       }
       nodes.splice(nodes.indexOf(node), 1);
+      tlsCaByPort.delete(port);
     }
     throw new Error('no redis-server node could be started on a free port pair');
   }
@@ -155,7 +177,10 @@ async function startCluster({ masters = 3, replicas = 0, readyTimeoutMs = 30000 
     for (let i = 0; i < masters * (1 + replicas); i += 1) await spawnNode();
     await run(
       'redis-cli',
-      ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', String(replicas), '--cluster-yes'],
+      [
+        ...(tls === undefined ? [] : ['--tls', '--cacert', tls.ca]),
+        '--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', String(replicas), '--cluster-yes',
+      ],
       60000,
     );
     for (const node of nodes) node.id = String(await nodeCommand(node.port, 'CLUSTER', 'MYID'));
@@ -254,14 +279,17 @@ async function startCluster({ masters = 3, replicas = 0, readyTimeoutMs = 30000 
 
   /** A cluster-aware ioredis client for set-up and inspection; call `disconnect()` after. */
   function admin() {
-    return new Cluster([{ host: '127.0.0.1', port: ports[0] }], { redisOptions: { maxRetriesPerRequest: 1 } });
+    const ca = tlsCaByPort.get(ports[0]);
+    return new Cluster([{ host: '127.0.0.1', port: ports[0] }], {
+      redisOptions: { maxRetriesPerRequest: 1, ...(ca === undefined ? {} : { tls: { ca } }) },
+    });
   }
 
   return {
     dir,
     ports,
     seedPort: ports[0],
-    dsn: `redis://127.0.0.1:${ports[0]}`,
+    dsn: `${tls === undefined ? 'redis' : 'rediss'}://127.0.0.1:${ports[0]}`,
     nodes: nodes.map(({ port, id, child }) => ({ port, id, pid: child.pid })),
     idOf,
     stop,

@@ -7,6 +7,7 @@
 // consumer (MOVED/ASK followed, the group's pending list and the delayed zset moving along).
 
 const crypto = require('node:crypto');
+const fs = require('node:fs');
 const {
   DelayStamp,
   Envelope,
@@ -21,6 +22,7 @@ const { startCluster, nodeCommand } = require('../../bench/redis-cluster');
 const { sleep, pollUntil } = require('../support/transport-helpers');
 const { idOf, fleetHarness } = require('../support/fleet');
 const { conformanceSuite } = require('../shared/conformance.suite');
+const { makeTlsFiles } = require('../support/tls-files');
 
 const STREAM_ID = /^\d+-\d+$/;
 
@@ -109,6 +111,47 @@ async function streamOwnedBy(port, prefix) {
     }
   }
   throw new Error(`no stream found for the master on ${port}`);
+}
+
+/** Whether a client of the node at `port` has key tracking on (an idle consumer's wait). */
+async function trackingOn(port) {
+  return String(await nodeCommand(port, 'CLIENT', 'LIST'))
+    .split('\n')
+    .some((line) => /\bflags=\S*t/.test(line));
+}
+
+/** XREADGROUP calls (claims) the node at `port` has served so far. */
+async function claimsServed(port) {
+  const stats = String(await nodeCommand(port, 'INFO', 'commandstats'));
+  return Number(/cmdstat_xreadgroup:calls=(\d+)/.exec(stats)?.[1] ?? 0);
+}
+
+/** A tagged stream whose slot the master on `port` of `handle` (a cluster) owns. */
+async function streamOn(handle, port, prefix) {
+  for (let i = 0; i < 2000; i += 1) {
+    const stream = `messenger:{${prefix}-${crypto.randomBytes(4).toString('hex')}}`;
+    if ((await handle.ownerOf(await handle.keyslot(stream))) === port) return stream;
+  }
+  throw new Error(`no stream found for the master on ${port}`);
+}
+
+/** A get() loop that acks what it receives, recording each message's `n` in `got`. */
+function ackingLoop(transport) {
+  const got = [];
+  const controller = new AbortController();
+  const done = (async () => {
+    for await (const envelope of transport.get(controller.signal)) {
+      got.push(envelope.message.n);
+      await transport.ack(envelope);
+    }
+  })();
+  return {
+    got,
+    async stop() {
+      controller.abort();
+      await done.catch(() => undefined);
+    },
+  };
 }
 
 async function pendingCount(port, stream) {
@@ -263,14 +306,10 @@ describe('many idle queues on a cluster', () => {
     return counts;
   }
 
-  /** Calls of `command` each node has served so far (`INFO commandstats`). */
-  async function callsOf(command) {
+  /** Claims the nodes have served so far. */
+  async function claimsOnAllNodes() {
     let calls = 0;
-    for (const port of cluster.ports) {
-      const stats = String(await nodeCommand(port, 'INFO', 'commandstats'));
-      const line = stats.split('\n').find((l) => l.startsWith(`cmdstat_${command}:`));
-      calls += Number(/calls=(\d+)/.exec(line ?? '')?.[1] ?? 0);
-    }
+    for (const port of cluster.ports) calls += await claimsServed(port);
     return calls;
   }
 
@@ -282,26 +321,17 @@ describe('many idle queues on a cluster', () => {
     const got = [];
     const consumers = streams.map((stream) => startConsumer(clusterTransport(stream), got));
     // Every node holds streams of some of the queues, and tracks their keys once they idle.
-    await pollUntil(
-      async () =>
-        (
-          await Promise.all(
-            cluster.ports.map(async (port) =>
-              String(await nodeCommand(port, 'CLIENT', 'LIST'))
-                .split('\n')
-                .some((line) => /\bflags=\S*t/.test(line)),
-            ),
-          )
-        ).every(Boolean),
-      { timeoutMs: 10000, intervalMs: 50 },
-    );
+    await pollUntil(async () => (await Promise.all(cluster.ports.map(trackingOn))).every(Boolean), {
+      timeoutMs: 10000,
+      intervalMs: 50,
+    });
     await sleep(500);
 
-    const reads = await callsOf('xreadgroup');
+    const reads = await claimsOnAllNodes();
     await sleep(1500);
     // No consumer reads while nothing happens (each blocking read of its own would be issued
     // again every pollIntervalMs).
-    expect((await callsOf('xreadgroup')) - reads).toBe(0);
+    expect((await claimsOnAllNodes()) - reads).toBe(0);
     const during = await clientsPerNode();
     const overTwo = cluster.ports
       .map((port) => ({ port, opened: during[port] - before[port] }))
@@ -374,13 +404,9 @@ describe('idle wake-ups on a cluster', () => {
       // Long enough for the tracking's retries to back off to their longest pause (2 s).
       await sleep(5000);
       // Meanwhile the consumer claims as if it polled (about 20 a second), not once per retry.
-      const claims = async () => {
-        const stats = String(await nodeCommand(port, 'INFO', 'commandstats'));
-        return Number(/cmdstat_xreadgroup:calls=(\d+)/.exec(stats)?.[1] ?? 0);
-      };
-      const claimsBefore = await claims();
+      const claimsBefore = await claimsServed(port);
       await sleep(1000);
-      expect((await claims()) - claimsBefore).toBeGreaterThanOrEqual(5);
+      expect((await claimsServed(port)) - claimsBefore).toBeGreaterThanOrEqual(5);
       const serializer = new JsonSerializer([ClusterMessage]);
       const { body, headers } = serializer.encode(message(1));
       await admin.xadd(stream, '*', 'body', body, 'headers', JSON.stringify(headers));
@@ -409,21 +435,11 @@ describe('failover under idle consumers (a cluster with a replica of each master
     await failover?.stop();
   }, 30000);
 
-  const trackingOn = async (port) =>
-    String(await nodeCommand(port, 'CLIENT', 'LIST'))
-      .split('\n')
-      .some((line) => /\bflags=\S*t/.test(line));
-
   test('the master holding an idle consumer\'s stream dies and its replica takes over: the keys are tracked on the new master, and an entry stored there reaches the consumer', async () => {
     const [seed] = failover.ports;
     const masters = [...new Set((await Promise.all(Array.from({ length: 16384 }, (_, s) => s).filter((s) => s % 512 === 0).map((s) => failover.ownerOf(s)))))];
     const victim = masters.find((port) => port !== seed);
-    let stream;
-    for (let i = 0; stream === undefined; i += 1) {
-      const candidate = `messenger:{failover-${crypto.randomBytes(4).toString('hex')}}`;
-      if ((await failover.ownerOf(await failover.keyslot(candidate))) === victim) stream = candidate;
-      if (i > 2000) throw new Error('no stream found on the victim master');
-    }
+    const stream = await streamOn(failover, victim, 'failover');
     const slot = await failover.keyslot(stream);
     const transport = new RedisStreamsTransport({
       dsn: failover.dsn,
@@ -432,14 +448,8 @@ describe('failover under idle consumers (a cluster with a replica of each master
       serializer: new JsonSerializer([ClusterMessage]),
       connectTimeoutMs: 1000,
     });
-    const got = [];
-    const controller = new AbortController();
-    const loop = (async () => {
-      for await (const envelope of transport.get(controller.signal)) {
-        got.push(envelope.message.n);
-        await transport.ack(envelope);
-      }
-    })();
+    const consumer = ackingLoop(transport);
+    const { got } = consumer;
     try {
       expect(await pollUntil(() => trackingOn(victim), { timeoutMs: 5000 })).toBe(true);
       await failover.kill(victim);
@@ -457,19 +467,67 @@ describe('failover under idle consumers (a cluster with a replica of each master
       expect(await pollUntil(() => trackingOn(owner), { timeoutMs: 10000, intervalMs: 50 })).toBe(true);
       // Tracked again, so the consumer reads nothing while nothing happens.
       await sleep(500);
-      const reads = async () =>
-        Number(/cmdstat_xreadgroup:calls=(\d+)/.exec(String(await nodeCommand(owner, 'INFO', 'commandstats')))?.[1] ?? 0);
-      const before = await reads();
+      const before = await claimsServed(owner);
       await sleep(1000);
-      expect((await reads()) - before).toBe(0);
+      expect((await claimsServed(owner)) - before).toBe(0);
       const { body, headers } = new JsonSerializer([ClusterMessage]).encode(message(7));
       await nodeCommand(owner, 'XADD', stream, '*', 'body', body, 'headers', JSON.stringify(headers));
       await pollUntil(() => got.length > 0, { timeoutMs: 5000 });
       expect(got).toEqual([7]);
     } finally {
-      controller.abort();
-      await loop.catch(() => undefined);
+      await consumer.stop();
       await transport.close();
+    }
+  }, 60000);
+});
+
+describe('a cluster served over TLS only', () => {
+  /** @type {Awaited<ReturnType<typeof startCluster>> | undefined} */
+  let tlsCluster;
+  let tlsFiles;
+
+  beforeAll(async () => {
+    tlsFiles = makeTlsFiles();
+    // The cluster bus asks the nodes for certificates: one that is also a client's.
+    const node = tlsFiles.issue('node', 'IP:127.0.0.1,DNS:localhost', 'serverAuth,clientAuth');
+    tlsCluster = await startCluster({ masters: 3, tls: { ...node, ca: tlsFiles.ca } });
+  }, 90000);
+
+  afterAll(async () => {
+    await tlsCluster?.stop();
+    tlsFiles?.remove();
+  }, 30000);
+
+  test('rediss:// with the CA: messages go round, and an idle consumer\'s keys are tracked over TLS (it reads nothing while idle)', async () => {
+    const ca = fs.readFileSync(tlsFiles.ca, 'utf8');
+    const owner = tlsCluster.ports[1];
+    const stream = await streamOn(tlsCluster, owner, 'tls');
+    const options = {
+      dsn: tlsCluster.dsn,
+      cluster: true,
+      stream,
+      serializer: new JsonSerializer([ClusterMessage]),
+      redisOptions: { tls: { ca } },
+    };
+    const consumerTransport = new RedisStreamsTransport(options);
+    const sender = new RedisStreamsTransport(options);
+    const consumer = ackingLoop(consumerTransport);
+    const { got } = consumer;
+    try {
+      await sender.send(message(1));
+      await pollUntil(() => got.length > 0, { timeoutMs: 5000 });
+      expect(await pollUntil(() => trackingOn(owner), { timeoutMs: 5000 })).toBe(true);
+      await sleep(500);
+      const before = await claimsServed(owner);
+      await sleep(1000);
+      expect((await claimsServed(owner)) - before).toBe(0);
+      await sender.send(message(2));
+      await pollUntil(() => got.length > 1, { timeoutMs: 5000 });
+      expect(got).toEqual([1, 2]);
+    } finally {
+      await consumer.stop();
+      await consumerTransport.close();
+      await sender.close();
     }
   }, 60000);
 });
