@@ -43,15 +43,20 @@ impl ClusterTarget {
         }
     }
 
+    /// The seed node's host: where a node announced without one (the "unknown endpoint"
+    /// form) is reached, as the cluster client does.
+    pub fn seed_host(&self) -> String {
+        match self.seed.addr() {
+            ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => host.clone(),
+            _ => String::new(),
+        }
+    }
+
     /// A node address as a `MOVED` reply gives it, with the seed's host where it names none
-    /// (the "unknown endpoint" form, `:port`).
+    /// (`:port`).
     pub fn reachable(&self, address: &str) -> String {
         match address.strip_prefix(':') {
-            Some(port) => {
-                let seed = self.seed_address();
-                let host = seed.rsplit_once(':').map_or("", |(host, _)| host);
-                format!("{host}:{port}")
-            }
+            Some(port) => format!("{}:{port}", self.seed_host()),
             None => address.to_owned(),
         }
     }

@@ -2,7 +2,7 @@
 //! a connection of its own running `XREAD BLOCK … STREAMS s1 … sN id1 … idN` over the streams
 //! that have idle consumers, as a wake-up only (it reads, it claims nothing: no group state
 //! changes). Entries on stream s wake s's signal, so its consumers claim as after any wake-up.
-//! Beside it, one poll per `pollIntervalMs` (`scripts/idle_due.lua`, on the command
+//! Beside it, one poll per `pollIntervalMs` (`poll`: `scripts/idle_due.lua`, on the command
 //! connection) finds delayed members that came due and stalled pending entries, which no new
 //! entry announces. An idle consumer thus runs no command of its own while nothing happens.
 //! Invariant: a consumer registers the stream's last id as read before its empty claim, so
@@ -11,25 +11,24 @@
 //! consumer was woken to claim stays in the read for a while (`LINGER`), so the consumer's
 //! return costs no re-plan; one whose consumer stopped waiting leaves at once. On a cluster,
 //! where a read over many streams cannot span slots, the nodes' key tracking takes the read's
-//! place (`tracking`), and the poll runs one script per slot.
+//! place (`tracking`, its nodes' connections in `node_link`), and the poll runs one script
+//! per slot.
 
+mod node_link;
+mod poll;
 mod slot_owners;
 mod tracking;
 
 use super::blocked::{open_blocked_read, unblock_read, READ_MARGIN};
 use super::connection::{Conn, Target};
 use super::replies::{read_reply_tops, StreamId};
-use super::slot::slot;
 use crate::queue::wake::WakeSignal;
-use redis::{Script, ScriptInvocation, Value};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use redis::Value;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-
-static IDLE_DUE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/idle_due.lua")));
 
 /// The shared read's BLOCK time: it is issued again this often while nothing happens (a
 /// silent peer is found within it and `READ_MARGIN`).
@@ -49,12 +48,6 @@ const READ_COUNT: u32 = 16;
 /// First pause after the read's connection failed; doubled on each failure, up to the most.
 const RECONNECT_FIRST: Duration = Duration::from_millis(100);
 const RECONNECT_MOST: Duration = Duration::from_secs(2);
-
-/// How often the poll looks whether an idle consumer's stream and group still exist, whatever
-/// `pollIntervalMs` (also the longest between two polls): one deleted under an idle consumer
-/// is found so (a blocked XREADGROUP was told at once; the shared XREAD is not), and its
-/// consumer's get() fails as it did then.
-const VANISHED_WITHIN: Duration = Duration::from_secs(1);
 
 /// The longest an idle consumer waits without a wake-up before it claims again, in case a
 /// wake-up was missed (a stream deleted and re-made with lower ids, say); the shared read and
@@ -400,142 +393,5 @@ impl IdleRead {
             _ = self.closing.cancelled() => {}
         }
         *pause = (*pause * 2).min(RECONNECT_MOST);
-    }
-
-    /// Every `pollIntervalMs` (the shortest of the idle consumers', `VANISHED_WITHIN` at
-    /// most), one script looks for due delayed members, stalled entries and vanished groups of
-    /// every idle consumer, and wakes those that have any; on a cluster one script per slot,
-    /// the slots at once, and no look at the delayed zsets: their changes are announced to the
-    /// tracking, which wakes the consumers, and a member coming due is waited for by its
-    /// consumer, which learnt its due time from its claim. A failed poll is not retried early:
-    /// the next one looks again.
-    async fn poll_loop(self: Arc<Self>, mut commands: Conn, cluster: bool) {
-        let mut vanish_next = Instant::now() + VANISHED_WITHIN;
-        // The EXISTS over the idle consumers' delayed zsets, as of `State::changes`.
-        let mut exists: Option<(u64, redis::Cmd)> = None;
-        loop {
-            let seen = self.plan.seq();
-            if self.closing.is_cancelled() {
-                return;
-            }
-            let poll = self
-                .state()
-                .watched
-                .values()
-                .map(|w| w.poll.min(VANISHED_WITHIN))
-                .min()
-                .map(|poll| poll.max(Duration::from_millis(1)));
-            let Some(poll) = poll else {
-                self.plan.changed(seen).await;
-                continue;
-            };
-            tokio::select! {
-                _ = tokio::time::sleep(poll) => {}
-                _ = self.closing.cancelled() => return,
-            }
-            let now = Instant::now();
-            // On a cluster a deleted stream is announced to the tracking, and a destroyed
-            // group found by the check for stalled entries (each `reclaim_period`, 5 s at most):
-            // a look each second would cost a script per slot.
-            let vanish_check = !cluster && now >= vanish_next;
-            if vanish_check {
-                vanish_next = now + VANISHED_WITHIN;
-            }
-            let any_delayed = if cluster {
-                false
-            } else {
-                {
-                    let state = self.state();
-                    if exists
-                        .as_ref()
-                        .is_none_or(|(made, _)| *made != state.changes)
-                    {
-                        let zsets: BTreeSet<&String> =
-                            state.watched.values().map(|w| &w.delay_key).collect();
-                        let mut cmd = redis::cmd("EXISTS");
-                        cmd.arg(zsets.into_iter().collect::<Vec<_>>());
-                        exists = Some((state.changes, cmd));
-                    }
-                }
-                let Some((_, cmd)) = exists.as_ref() else {
-                    continue;
-                };
-                self.polls.fetch_add(1, Ordering::Relaxed);
-                // Empty zsets do not exist: while none of the delayed zsets does, the
-                // consumers to look at are those with a check due (none, most of the time:
-                // one EXISTS is then the whole poll).
-                let delayed: redis::RedisResult<i64> = cmd.query_async(&mut commands).await;
-                !matches!(delayed, Ok(0))
-            };
-            let checks = self.due_checks(now, any_delayed, vanish_check, cluster);
-            if checks.is_empty() {
-                continue;
-            }
-            if cluster {
-                self.polls.fetch_add(1, Ordering::Relaxed);
-            }
-            let answers = checks.into_iter().map(|(keys, script)| {
-                let mut commands = commands.clone();
-                async move {
-                    let due = script.invoke_async::<Vec<usize>>(&mut commands).await;
-                    (keys, due)
-                }
-            });
-            for (keys, due) in futures_util::future::join_all(answers).await {
-                let Ok(due) = due else {
-                    continue;
-                };
-                let mut state = self.state();
-                for (i, key) in keys.iter().enumerate() {
-                    let Some(watched) = state.watched.get_mut(key) else {
-                        continue;
-                    };
-                    if due.contains(&(i + 1)) {
-                        watched.signal.wake();
-                        continue;
-                    }
-                    if watched.reclaim_at <= now {
-                        watched.reclaim_at = now + watched.reclaim_period;
-                    }
-                }
-            }
-        }
-    }
-
-    /// The idle consumers a poll looks at (all with `any_delayed`, else those with a check
-    /// due), as `scripts/idle_due.lua` invocations with the consumers each answers for: one
-    /// in all, or on a cluster one per slot.
-    fn due_checks(
-        &self,
-        now: Instant,
-        any_delayed: bool,
-        vanish_check: bool,
-        cluster: bool,
-    ) -> Vec<(Vec<u64>, ScriptInvocation<'static>)> {
-        let state = self.state();
-        let mut checks: BTreeMap<u16, (Vec<u64>, ScriptInvocation<'static>)> = BTreeMap::new();
-        for (key, watched) in &state.watched {
-            let reclaim = watched.reclaim_at <= now;
-            if !(any_delayed || vanish_check || reclaim) {
-                continue;
-            }
-            let group = if cluster { slot(&watched.stream) } else { 0 };
-            let (keys, script) = checks
-                .entry(group)
-                .or_insert_with(|| (Vec::new(), IDLE_DUE.prepare_invoke()));
-            keys.push(*key);
-            script
-                .key(&watched.delay_key)
-                .key(&watched.stream)
-                .arg(&watched.group);
-            if reclaim {
-                script.arg(watched.claim_idle.as_millis() as u64);
-            } else if vanish_check {
-                script.arg("-");
-            } else {
-                script.arg("");
-            }
-        }
-        checks.into_values().collect()
     }
 }

@@ -18,11 +18,12 @@
 //! read again: the announcement may concern the read itself, after which the node tracks the
 //! key no more. A read's outcome applies only to the read its stream waits for.
 
+use super::node_link::{ping_link, read_on_node, Armed, Event};
 use super::slot_owners::SlotOwners;
 use super::{IdleRead, READ_BLOCK, RECONNECT_FIRST, RECONNECT_MOST};
 use crate::engines::redis::blocked::READ_MARGIN;
 use crate::engines::redis::connection::{ClusterTarget, Conn};
-use crate::engines::redis::replies::{last_id, StreamId};
+use crate::engines::redis::replies::StreamId;
 use crate::engines::redis::slot::slot;
 use redis::aio::MultiplexedConnection;
 use redis::{PushInfo, PushKind, Value};
@@ -60,34 +61,6 @@ struct Stream {
     /// Since when its consumers have waited untracked, or were last woken to claim as if they
     /// polled (`None` while it is tracked or has no idle consumer).
     polled: Option<Instant>,
-}
-
-/// What reaches the loop.
-enum Event {
-    /// A node's push (a key invalidation, the library's disconnection notice; a failed health
-    /// check comes as a disconnection).
-    Push(String, PushInfo),
-    /// A node's reads came back: read number `read`, the connection it went over (`None`: it
-    /// failed, or could not be made) and what each stream's read came to.
-    Read {
-        node: String,
-        read: u64,
-        conn: Option<MultiplexedConnection>,
-        outcomes: Vec<(String, Armed)>,
-    },
-    /// The answer to `CLUSTER SLOTS` (`None`: it failed).
-    Slots(Option<SlotOwners>),
-}
-
-/// What a read of one stream's keys came to.
-enum Armed {
-    /// Tracked from the stream's last entry; `delayed`: the zset has members.
-    Tracked {
-        top: StreamId,
-        delayed: bool,
-    },
-    Moved(String),
-    Failed,
 }
 
 /// The loop's own state.
@@ -383,10 +356,7 @@ impl Tracking {
         self.asking_slots = true;
         let (mut commands, events, timeout) =
             (self.commands.clone(), self.events.clone(), self.timeout);
-        let seed_host = self
-            .seed
-            .rsplit_once(':')
-            .map_or_else(String::new, |(host, _)| host.to_owned());
+        let seed_host = self.cluster.seed_host();
         tokio::spawn(async move {
             let mut slots = redis::cmd("CLUSTER");
             slots.arg("SLOTS");
@@ -477,118 +447,8 @@ impl Tracking {
         self.links
             .retain(|node, _| reading.contains(node) || streams.values().any(|s| s.node == *node));
         for (node, conn) in &self.links {
-            let (node, mut conn, events) = (node.clone(), conn.clone(), self.events.clone());
-            tokio::spawn(async move {
-                let ping = redis::cmd("PING");
-                let answered =
-                    tokio::time::timeout(READ_MARGIN, ping.query_async::<Value>(&mut conn)).await;
-                if !matches!(answered, Ok(Ok(_))) {
-                    let lost = PushInfo {
-                        kind: PushKind::Disconnection,
-                        data: Vec::new(),
-                    };
-                    let _ = events.send(Event::Push(node, lost));
-                }
-            });
+            tokio::spawn(ping_link(node.clone(), conn.clone(), self.events.clone()));
         }
-    }
-}
-
-/// Reads (and so tracks) each stream's keys on `node`, over `link` or a connection made now,
-/// and reports the outcome as an event. A connection that fails fails every stream.
-async fn read_on_node(
-    cluster: ClusterTarget,
-    node: String,
-    read: u64,
-    link: Option<MultiplexedConnection>,
-    keys: Vec<(String, String)>,
-    events: UnboundedSender<Event>,
-    timeout: Duration,
-) {
-    let conn = match link {
-        Some(conn) => Ok(conn),
-        None => open_link(&cluster, &node, events.clone(), timeout).await,
-    };
-    let failed = |keys: Vec<(String, String)>| {
-        keys.into_iter()
-            .map(|(stream, _)| (stream, Armed::Failed))
-            .collect()
-    };
-    let Ok(mut conn) = conn else {
-        let _ = events.send(Event::Read {
-            node,
-            read,
-            conn: None,
-            outcomes: failed(keys),
-        });
-        return;
-    };
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    for (stream, delay_key) in &keys {
-        pipe.cmd("XREVRANGE")
-            .arg(stream)
-            .arg("+")
-            .arg("-")
-            .arg("COUNT")
-            .arg(1)
-            .cmd("ZCARD")
-            .arg(delay_key);
-    }
-    let replies = tokio::time::timeout(
-        timeout + READ_MARGIN,
-        pipe.query_async::<Vec<Value>>(&mut conn),
-    )
-    .await;
-    let event = match replies {
-        Ok(Ok(replies)) => {
-            let mut replies = replies.into_iter();
-            let outcomes = keys
-                .into_iter()
-                .map(|(stream, _)| {
-                    let top = replies.next().unwrap_or(Value::Nil).extract_error();
-                    let delayed = replies.next().unwrap_or(Value::Nil).extract_error();
-                    (stream, armed(top, delayed))
-                })
-                .collect();
-            Event::Read {
-                node,
-                read,
-                conn: Some(conn),
-                outcomes,
-            }
-        }
-        _ => Event::Read {
-            node,
-            read,
-            conn: None,
-            outcomes: failed(keys),
-        },
-    };
-    let _ = events.send(event);
-}
-
-/// What the replies of one stream's reads say: tracked from the stream's last entry, moved
-/// to another node (the slot's owner), or failed (an `ASK` mid-migration included: read
-/// again after a pause).
-fn armed(top: redis::RedisResult<Value>, delayed: redis::RedisResult<Value>) -> Armed {
-    let moved = |e: &redis::RedisError| {
-        matches!(
-            e.kind(),
-            redis::ErrorKind::Server(redis::ServerErrorKind::Moved)
-        )
-        .then(|| e.redirect_node().map(|(node, _)| node.to_owned()))
-        .flatten()
-    };
-    match (top, delayed) {
-        (Ok(top), Ok(delayed)) => match last_id(&top) {
-            Some(top) => Armed::Tracked {
-                top,
-                delayed: !matches!(delayed, Value::Int(0)),
-            },
-            None => Armed::Failed,
-        },
-        (Err(e), _) | (_, Err(e)) => moved(&e).map_or(Armed::Failed, Armed::Moved),
     }
 }
 
@@ -599,27 +459,4 @@ fn key_name(key: &Value) -> Option<String> {
         Value::SimpleString(text) => Some(text.clone()),
         _ => None,
     }
-}
-
-/// A tracking connection to `node`: RESP3, its pushes sent on as events tagged with the node.
-async fn open_link(
-    cluster: &ClusterTarget,
-    node: &str,
-    events: UnboundedSender<Event>,
-    timeout: Duration,
-) -> redis::RedisResult<MultiplexedConnection> {
-    let tag = node.to_owned();
-    let sender = move |push: PushInfo| events.send(Event::Push(tag.clone(), push));
-    let open = async {
-        let mut conn = cluster.node_connection(node, timeout, sender).await?;
-        redis::cmd("CLIENT")
-            .arg("TRACKING")
-            .arg("ON")
-            .query_async::<()>(&mut conn)
-            .await?;
-        Ok(conn)
-    };
-    tokio::time::timeout(timeout + READ_MARGIN, open)
-        .await
-        .unwrap_or_else(|_| Err(redis::RedisError::from((redis::ErrorKind::Io, "no answer"))))
 }
