@@ -1,6 +1,6 @@
 //! Connections to one Redis deployment (a single node, TLS or not, or a Cluster): one shared
-//! command connection per process and target, plus a dedicated connection per consumer for
-//! its blocking reads (a `BLOCK` on the shared connection would stall every other command).
+//! command connection per process and target, plus, on a single node, connections of their
+//! own for blocking reads (a `BLOCK` on the shared connection would stall every other command).
 
 use crate::support::dsn::RedisDsn;
 use crate::support::error::{Error, Result};
@@ -121,8 +121,6 @@ impl ClusterTarget {
 pub enum Conn {
     /// Reconnects by itself; the shared command connection of a single node.
     Managed(ConnectionManager),
-    /// A plain connection: dropped and re-made on error (blocking reads).
-    Plain(MultiplexedConnection),
     Cluster(ClusterConnection),
 }
 
@@ -130,7 +128,6 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Managed(c) => c.req_packed_command(cmd),
-            Conn::Plain(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -143,7 +140,6 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Managed(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Plain(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
@@ -151,7 +147,6 @@ impl ConnectionLike for Conn {
     fn get_db(&self) -> i64 {
         match self {
             Conn::Managed(c) => c.get_db(),
-            Conn::Plain(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
         }
     }
@@ -365,27 +360,20 @@ impl Target {
                 .map(Conn::Cluster),
         }
     }
+}
 
-    /// A connection of its own for blocking reads: no response timeout (the caller bounds
-    /// the block and drops the connection if it gives up on it).
-    pub async fn blocking_connection(&self, timeout: Duration) -> redis::RedisResult<Conn> {
-        match self {
-            Target::Node(client) => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(timeout))
-                    .set_response_timeout(None);
-                client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await
-                    .map(Conn::Plain)
-            }
-            Target::Cluster(cluster) => cluster
-                .client
-                .get_async_connection()
-                .await
-                .map(Conn::Cluster),
-        }
-    }
+/// A connection of its own to a single node for blocking reads: no response timeout (the
+/// caller bounds the block and drops the connection if it gives up on it). A cluster's idle
+/// consumers track keys instead (`idle_read/tracking`), so no blocked read goes to one.
+pub async fn blocking_connection(
+    node: &Client,
+    timeout: Duration,
+) -> redis::RedisResult<MultiplexedConnection> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(None);
+    node.get_multiplexed_async_connection_with_config(&config)
+        .await
 }
 
 #[cfg(test)]

@@ -23,7 +23,8 @@ use super::blocked::{open_blocked_read, unblock_read, READ_MARGIN};
 use super::connection::{Conn, Target};
 use super::replies::{read_reply_tops, StreamId};
 use crate::queue::wake::WakeSignal;
-use redis::Value;
+use redis::aio::MultiplexedConnection;
+use redis::{Client, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -199,8 +200,8 @@ impl IdleRead {
                 Target::Cluster(nodes) => {
                     tokio::spawn(self.clone().track_loop(*nodes, commands.clone(), timeout));
                 }
-                target => {
-                    tokio::spawn(self.clone().read_loop(target, commands.clone(), timeout));
+                Target::Node(node) => {
+                    tokio::spawn(self.clone().read_loop(*node, commands.clone(), timeout));
                 }
             }
             tokio::spawn(self.clone().poll_loop(commands, cluster));
@@ -297,8 +298,8 @@ impl IdleRead {
         }
     }
 
-    async fn read_loop(self: Arc<Self>, target: Target, commands: Conn, timeout: Duration) {
-        let mut open: Option<(Conn, Option<i64>)> = None;
+    async fn read_loop(self: Arc<Self>, node: Client, commands: Conn, timeout: Duration) {
+        let mut open: Option<(MultiplexedConnection, Option<i64>)> = None;
         let mut pause = RECONNECT_FIRST;
         loop {
             let seen = self.plan.seq();
@@ -313,7 +314,7 @@ impl IdleRead {
                 Some(open) => open,
                 None => {
                     let opened = tokio::select! {
-                        opened = open_blocked_read(&target, timeout) => opened,
+                        opened = open_blocked_read(&node, timeout) => opened,
                         _ = self.closing.cancelled() => return,
                     };
                     match opened {

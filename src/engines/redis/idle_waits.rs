@@ -6,14 +6,14 @@
 //! in the wait's outcome, never kept here.
 
 use super::blocked::{open_blocked_read, unblock_read, READ_MARGIN};
-use super::connection::Conn;
 use super::idle_read::{Connect, Watched, IDLE_CAP};
 use super::replies::parse_read_reply;
 use super::stream_queue::RedisQueue;
 use crate::queue::engine::WaitOutcome;
 use crate::queue::wake::WaitEnd;
 use crate::support::error::Result;
-use redis::Value;
+use redis::aio::MultiplexedConnection;
+use redis::{Client, Value};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -23,6 +23,7 @@ impl RedisQueue {
     /// processes are promoted in time), or `cancel` fires.
     pub(super) async fn block_once(
         &self,
+        node: &Client,
         cancel: &CancellationToken,
         limit: u32,
     ) -> Result<WaitOutcome> {
@@ -40,7 +41,7 @@ impl RedisQueue {
         let (mut conn, client_id) = match guard.take() {
             Some(open) => open,
             None => tokio::select! {
-                opened = self.open_blocking() => opened?,
+                opened = self.open_blocking(node) => opened?,
                 _ = cancel.cancelled() => return Ok(WaitOutcome::Cancelled),
             },
         };
@@ -148,8 +149,8 @@ impl RedisQueue {
         *self.read_slot.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
-    async fn open_blocking(&self) -> Result<(Conn, Option<i64>)> {
-        open_blocked_read(&self.shared.target, self.shared.connect_timeout)
+    async fn open_blocking(&self, node: &Client) -> Result<(MultiplexedConnection, Option<i64>)> {
+        open_blocked_read(node, self.shared.connect_timeout)
             .await
             .map_err(|failure| match failure {
                 Some(e) => self.err("read", &e),

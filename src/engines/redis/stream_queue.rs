@@ -19,6 +19,7 @@ use crate::queue::wake::{WakeBoard, WakeSignal};
 use crate::support::dsn::RedisDsn;
 use crate::support::error::{Cause, Error, Result};
 use crate::support::targets::{same_budget, Targets};
+use redis::aio::MultiplexedConnection;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
@@ -92,9 +93,9 @@ pub struct RedisQueue {
     pub(super) shared: Arc<RedisShared>,
     pub(super) config: StreamConfig,
     pub(super) wake: Arc<WakeSignal>,
-    /// This consumer's connection for blocking reads, and its `CLIENT ID` on a single node
+    /// This consumer's connection for blocking reads (single node only), and its `CLIENT ID`
     /// (so a block can be ended early with `CLIENT UNBLOCK` instead of dropping the connection).
-    pub(super) blocking: tokio::sync::Mutex<Option<(Conn, Option<i64>)>>,
+    pub(super) blocking: tokio::sync::Mutex<Option<(MultiplexedConnection, Option<i64>)>>,
     /// This consumer's share of the deployment's own reads, while it keeps one.
     pub(super) read_slot: Mutex<Option<ReadSlot>>,
     /// The stream's last id as read just before the last claim's read of new entries (single
