@@ -6,6 +6,7 @@
 mod errors;
 mod insert;
 mod name_column;
+mod per_table;
 mod statements;
 mod text_columns;
 mod version;

@@ -10,10 +10,9 @@
 //! An `IN` list of literals needs no catalog, but the server's range optimizer spends about
 //! 0.5 ms of CPU on 200 of them, on every poll and even on an empty table: five times the join.
 
+use super::per_table::PerTable;
 use crate::engines::sql::driver::SqlResult;
 use sqlx::{MySqlConnection, Row};
-use std::collections::HashMap;
-use std::sync::Mutex;
 
 /// A table's `queue_name` column, as the catalog describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,7 +27,7 @@ pub enum NameColumn {
 /// What is known of the tables of one server: each one's `queue_name` column.
 #[derive(Default)]
 pub struct NameColumns {
-    known: Mutex<HashMap<String, NameColumn>>,
+    known: PerTable<NameColumn>,
 }
 
 impl NameColumns {
@@ -36,8 +35,8 @@ impl NameColumns {
     /// catalog does not show (dropped since) fails the poll, which each consumer's claim then
     /// meets as usual, and the catalog is asked again at the next poll.
     pub async fn of(&self, conn: &mut MySqlConnection, table: &str) -> SqlResult<NameColumn> {
-        if let Some(known) = self.lock().get(table) {
-            return Ok(known.clone());
+        if let Some(known) = self.known.known(table) {
+            return Ok(known);
         }
         let row = sqlx::query(
             "SELECT CHARACTER_SET_NAME AS charset, COLLATION_NAME AS collation \
@@ -61,17 +60,13 @@ impl NameColumns {
                 collation: plain_name(collation)?,
             },
         };
-        self.lock().insert(table.to_owned(), column.clone());
+        self.known.remember(table, column.clone());
         Ok(column)
     }
 
     /// Forgets what was read of `table` (its poll failed: the table may have been recreated).
     pub fn forget(&self, table: &str) {
-        self.lock().remove(table);
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, NameColumn>> {
-        self.known.lock().unwrap_or_else(|p| p.into_inner())
+        self.known.forget(table);
     }
 }
 

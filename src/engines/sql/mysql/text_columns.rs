@@ -7,16 +7,15 @@
 //! table whose DDL chose another character set (a migration's own) keeps text parameters,
 //! which the server converts.
 
+use super::per_table::PerTable;
 use sqlx::mysql::MySqlArguments;
 use sqlx::query::Query;
 use sqlx::{MySql, MySqlConnection, Row};
-use std::collections::HashMap;
-use std::sync::Mutex;
 
 /// What is known of the tables of one server: whether each one's text columns are utf8mb4.
 #[derive(Default)]
 pub struct TextColumns {
-    utf8mb4: Mutex<HashMap<String, bool>>,
+    utf8mb4: PerTable<bool>,
 }
 
 impl TextColumns {
@@ -24,7 +23,7 @@ impl TextColumns {
     /// If it cannot be asked (the connection failed: the send that follows meets and reports
     /// it), text is bound this time and the catalog asked again next time.
     pub async fn bytes_for(&self, conn: &mut MySqlConnection, table: &str) -> bool {
-        if let Some(known) = self.known(table) {
+        if let Some(known) = self.utf8mb4.known(table) {
             return known;
         }
         let asked = sqlx::query(
@@ -40,19 +39,8 @@ impl TextColumns {
             return false;
         };
         let utf8mb4 = count == 2;
-        self.utf8mb4
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(table.to_owned(), utf8mb4);
+        self.utf8mb4.remember(table, utf8mb4);
         utf8mb4
-    }
-
-    fn known(&self, table: &str) -> Option<bool> {
-        self.utf8mb4
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(table)
-            .copied()
     }
 }
 
