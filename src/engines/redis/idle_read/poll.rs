@@ -60,14 +60,7 @@ impl IdleRead {
             if vanish_check {
                 vanish_next = now + VANISHED_WITHIN;
             }
-            let any_delayed = if cluster {
-                false
-            } else {
-                let Some(any) = self.any_delayed(&mut exists, &mut commands).await else {
-                    continue;
-                };
-                any
-            };
+            let any_delayed = !cluster && self.any_delayed(&mut exists, &mut commands).await;
             let checks = self.due_checks(now, any_delayed, vanish_check, cluster);
             if checks.is_empty() {
                 continue;
@@ -143,28 +136,27 @@ impl IdleRead {
     /// Whether any idle consumer's delayed zset exists (empty zsets do not): one `EXISTS`
     /// over them all, remade when consumers come or go (`State::changes`). While none does,
     /// the consumers to look at are those with a check due (none, most of the time: this is
-    /// then the whole poll). A failed `EXISTS` counts as some. `None` while no consumer waits.
+    /// then the whole poll). A failed `EXISTS` counts as some.
     async fn any_delayed(
         &self,
         exists: &mut Option<(u64, redis::Cmd)>,
         commands: &mut Conn,
-    ) -> Option<bool> {
-        {
+    ) -> bool {
+        let cmd = {
             let state = self.state();
-            if exists
-                .as_ref()
-                .is_none_or(|(made, _)| *made != state.changes)
-            {
-                let zsets: BTreeSet<&String> =
-                    state.watched.values().map(|w| &w.delay_key).collect();
-                let mut cmd = redis::cmd("EXISTS");
-                cmd.arg(zsets.into_iter().collect::<Vec<_>>());
-                *exists = Some((state.changes, cmd));
+            match exists {
+                Some((made, cmd)) if *made == state.changes => &*cmd,
+                _ => {
+                    let zsets: BTreeSet<&String> =
+                        state.watched.values().map(|w| &w.delay_key).collect();
+                    let mut cmd = redis::cmd("EXISTS");
+                    cmd.arg(zsets.into_iter().collect::<Vec<_>>());
+                    &exists.insert((state.changes, cmd)).1
+                }
             }
-        }
-        let (_, cmd) = exists.as_ref()?;
+        };
         self.polls.fetch_add(1, Ordering::Relaxed);
         let delayed: redis::RedisResult<i64> = cmd.query_async(commands).await;
-        Some(!matches!(delayed, Ok(0)))
+        !matches!(delayed, Ok(0))
     }
 }
