@@ -27,7 +27,7 @@ pub enum NameColumn {
 /// What is known of the tables of one server: each one's `queue_name` column.
 #[derive(Default)]
 pub struct NameColumns {
-    known: PerTable<NameColumn>,
+    columns: PerTable<NameColumn>,
 }
 
 impl NameColumns {
@@ -35,7 +35,7 @@ impl NameColumns {
     /// catalog does not show (dropped since) fails the poll, which each consumer's claim then
     /// meets as usual, and the catalog is asked again at the next poll.
     pub async fn of(&self, conn: &mut MySqlConnection, table: &str) -> SqlResult<NameColumn> {
-        if let Some(known) = self.known.known(table) {
+        if let Some(known) = self.columns.known(table) {
             return Ok(known);
         }
         let row = sqlx::query(
@@ -60,13 +60,13 @@ impl NameColumns {
                 collation: plain_name(collation)?,
             },
         };
-        self.known.remember(table, column.clone());
+        self.columns.remember(table, column.clone());
         Ok(column)
     }
 
     /// Forgets what was read of `table` (its poll failed: the table may have been recreated).
     pub fn forget(&self, table: &str) {
-        self.known.forget(table);
+        self.columns.forget(table);
     }
 }
 
