@@ -44,6 +44,9 @@ const CLAIM_WRITE = {
   redis: 'XREADGROUP',
 };
 
+/** A MySQL packet whose one command is the text query `COMMIT` (a handed send's second round trip). */
+const COMMIT_ALONE = (chunk) => chunk.length === 11 && chunk[4] === 0x03 && chunk.subarray(5).toString() === 'COMMIT';
+
 /**
  * Waits until every key was delivered or the deadline passed, and says when the last of them
  * came (Infinity when one never did).
@@ -51,6 +54,23 @@ const CLAIM_WRITE = {
 async function lastDelivery(keys, delivered, deadline) {
   while (Date.now() < deadline && keys.some((key) => !delivered.some((d) => d.key === key))) await sleep(50);
   return Math.max(...keys.map((key) => delivered.find((d) => d.key === key)?.at ?? Infinity));
+}
+
+/**
+ * A get() loop on `consumer` acking each message: when each key came (`delivered`), what the
+ * loop threw (`errors`), its `controller` (abort ends it) and the `loop` itself.
+ */
+function consumeAndAck(consumer) {
+  const delivered = [];
+  const errors = [];
+  const controller = new AbortController();
+  const loop = (async () => {
+    for await (const envelope of consumer.get(controller.signal)) {
+      delivered.push({ key: envelope.message.key, at: Date.now() });
+      await consumer.ack(envelope);
+    }
+  })().catch((error) => errors.push(error));
+  return { delivered, errors, controller, loop };
 }
 
 /** The lost claim's messages came back in time, each once, and the consumer saw no error. */
@@ -113,15 +133,7 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
 
   it(`a claim whose reply is lost: its messages are delivered again within ${CLAIM_BACK_MS[engine]} ms, none lost`, async () => {
     const { queue, producer, consumer } = await openClaimTest();
-    const delivered = [];
-    const errors = [];
-    const controller = new AbortController();
-    const loop = (async () => {
-      for await (const envelope of consumer.get(controller.signal)) {
-        delivered.push({ key: envelope.message.key, at: Date.now() });
-        await consumer.ack(envelope);
-      }
-    })().catch((error) => errors.push(error));
+    const { delivered, errors, controller, loop } = consumeAndAck(consumer);
     // Idle after a first empty claim: the consumer has reached its server.
     await sleep(1000);
 
@@ -144,6 +156,41 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
     await consumer.close();
     expect(await residue(engine, { dsn: f.server.dsn, queue })).toEqual([]);
   }, 60_000);
+
+  // A MySQL/MariaDB send that finds a consumer of its queue idle in its process (same DSN)
+  // stores its message claimed for it, committed in a COMMIT of its own (docs/semantics.md,
+  // "Hand-off"). That COMMIT's reply lost: the send says it may have been stored, and the
+  // rows, known before the COMMIT went, are released by the sender at once, not at the lease.
+  if (engine === 'mariadb') {
+    it(`a send handed to an idle consumer whose COMMIT reply is lost: rejected "may have been stored", delivered within ${CLAIM_BACK_MS[engine]} ms`, async () => {
+      const queue = uniqueQueue(engine, 'ambiguous');
+      const dsn = f.viaProxy();
+      const producer = f.open({ dsn, queue });
+      const consumer = f.open({ dsn, queue, leaseMs: CLAIM_LEASE_MS });
+      await producer.setup();
+      const { delivered, errors, controller, loop } = consumeAndAck(consumer);
+      await sleep(1000);
+
+      const handed = f.proxy.count('BEGIN; INSERT');
+      const cut = f.proxy.cutAfter(COMMIT_ALONE);
+      const sentAt = Date.now();
+      const outcome = await settleWithin(producer.send(faultEnvelope('h:1', 1)), 20_000);
+      const { replied } = await settleWithin(cut, 5000).then((r) => r.value ?? {});
+      const slowest = (await lastDelivery(['h:1'], delivered, sentAt + CLAIM_BACK_MS[engine] + 5000)) - sentAt;
+      controller.abort();
+      await settleWithin(loop, 10_000);
+      console.log(`[ambiguous handed send ${engine}] server replied before the cut: ${replied}; send ${
+        outcome.error ? `rejected: ${outcome.error.message}` : 'resolved'
+      }; delivered after ${slowest} ms`);
+
+      expect(handed.seen).toBe(1);
+      expect(outcome.error).toBeInstanceOf(TransportConnectionError);
+      expect(outcome.error.message).toMatch(/may have been stored/);
+      expectClaimedAgain(engine, { replied, errors, slowest, delivered });
+      await consumer.close();
+      expect(await residue(engine, { dsn: f.server.dsn, queue })).toEqual([]);
+    }, 60_000);
+  }
 
   // Redis re-reads the consumer's own pending entries after a lost read. After an idle spell
   // the consumer's claims are sized down to one message, and the re-read after the lost claim

@@ -13,6 +13,7 @@ mod claims;
 pub mod completions;
 pub mod engine;
 pub mod fence;
+pub mod hand_off;
 pub mod limits;
 pub mod outage;
 pub mod prefetch;

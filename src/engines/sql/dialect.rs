@@ -24,8 +24,22 @@ use crate::support::targets::Targets;
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
 
+/// What storing messages already claimed came to (see [`SqlDialect::insert_claimed`]).
+pub enum ClaimedInsert {
+    /// Stored and claimed, each row with its claim's token, in input order.
+    Stored(Vec<StoredMessage>),
+    /// Nothing stored: the transaction ended uncommitted.
+    NotStored,
+    /// The `COMMIT` got no answer: the rows the attempt noted may be stored, claimed by
+    /// nobody.
+    InDoubt(sqlx::Error),
+}
+
 /// The queue side of a dialect, over its connection side ([`Connector`]).
 pub trait SqlDialect: Connector {
+    /// Whether [`SqlDialect::insert_claimed`] stores anything.
+    const CLAIMS_ON_INSERT: bool = false;
+
     /// The process-wide registry of this dialect's targets (one per DSN).
     fn targets() -> &'static Targets<SqlTarget<Self>>;
 
@@ -49,6 +63,19 @@ pub trait SqlDialect: Connector {
         queue: &QueueContext<Self>,
         messages: Vec<NewMessage>,
     ) -> BoxFuture<'_, Result<Vec<String>>>;
+
+    /// Stores due `messages` already claimed, for an idle consumer of this process that takes
+    /// them: the claim commits with the send, in one transaction. The rows and their token
+    /// are noted in `attempt` before the `COMMIT`, so that they are released should its
+    /// reply be lost. One attempt, never repeated: [`ClaimedInsert::NotStored`] leaves the
+    /// messages to an ordinary insert.
+    fn insert_claimed<'a>(
+        _queue: &'a QueueContext<Self>,
+        _messages: &'a [NewMessage],
+        _attempt: &'a mut ClaimAttempt,
+    ) -> BoxFuture<'a, ClaimedInsert> {
+        Box::pin(async { ClaimedInsert::NotStored })
+    }
 
     /// Claims up to `limit` due rows, oldest first, each with its claim's token, noting in
     /// `attempt` what identifies them should the reply be lost (see [`super::claim_doubt`]).

@@ -9,7 +9,7 @@
 
 use super::claim_doubt::{stamp_span_ms, ClaimAttempt, InDoubt};
 use super::connector::TableStatements;
-use super::dialect::SqlDialect;
+use super::dialect::{ClaimedInsert, SqlDialect};
 use super::driver::{Driver, Param, SqlResult};
 use super::errors::outcome_unknown;
 use super::ids::{held_condition, held_rows, row_id, HeldRow};
@@ -19,7 +19,8 @@ use super::table_poller::{self, IdleQueue};
 use super::target::{SqlTarget, MAX_POOL_CONNECTIONS, STATEMENT_BOUND};
 use crate::queue::engine::WaitOutcome;
 use crate::queue::engine::{Engine, Held, NewMessage, StoredMessage};
-use crate::queue::wake::{WaitEnd, WakeSignal};
+use crate::queue::hand_off::{HandOffDesk, Ticket};
+use crate::queue::wake::WakeSignal;
 use crate::support::dsn::SqlDsn;
 use crate::support::error::{Cause, Error, Result};
 use futures_util::future::BoxFuture;
@@ -33,6 +34,7 @@ pub struct TableQueue<D: SqlDialect> {
     cx: QueueContext<D>,
     shared_sql: TableStatements,
     wake: Arc<WakeSignal>,
+    hand_off: Arc<HandOffDesk<Vec<StoredMessage>>>,
     /// Claims whose reply was lost: their rows are released before the next claim.
     in_doubt: InDoubt,
 }
@@ -47,6 +49,7 @@ impl<D: SqlDialect> TableQueue<D> {
             config.max_connections,
         )?;
         let wake = target.board.signal(&config.table, &config.queue);
+        let hand_off = target.hand_offs.desk(&config.table, &config.queue);
         let (shared_sql, sql) = D::statements(&config.table, config.use_notify);
         Ok(Self {
             cx: QueueContext {
@@ -56,6 +59,7 @@ impl<D: SqlDialect> TableQueue<D> {
             },
             shared_sql,
             wake,
+            hand_off,
             in_doubt: InDoubt::default(),
         })
     }
@@ -129,6 +133,48 @@ impl<D: SqlDialect> TableQueue<D> {
         Ok(deleted)
     }
 
+    /// Stores due `messages` claimed for an idle consumer of this process and hands them to
+    /// it (see `crate::queue::hand_off`), where the dialect can and a consumer waits: their
+    /// ids, or `None` when they were not stored so and go the ordinary way.
+    async fn hand_off(&self, messages: &[NewMessage]) -> Result<Option<Vec<String>>> {
+        let bytes: usize = messages
+            .iter()
+            .map(|m| m.body.len() + m.headers.len())
+            .sum();
+        if !D::CLAIMS_ON_INSERT
+            || messages.len() > MAX_HANDED_MESSAGES
+            || bytes > MAX_HANDED_BYTES
+            || messages.iter().any(|m| m.delay_ms > 0.0)
+        {
+            return Ok(None);
+        }
+        let Some(taker) = self.hand_off.take() else {
+            return Ok(None);
+        };
+        let mut attempt = ClaimAttempt::new(stamp_span_ms(self.claim_lease()));
+        match D::insert_claimed(&self.cx, messages, &mut attempt).await {
+            ClaimedInsert::Stored(rows) => {
+                let ids = rows.iter().map(|r| r.id.clone()).collect();
+                if taker.give(rows).is_err() {
+                    // The consumer stopped waiting meanwhile: the rows go back to the queue.
+                    if D::release_in_doubt(&self.cx, &attempt).await.is_err() {
+                        self.in_doubt.record(attempt);
+                    }
+                }
+                Ok(Some(ids))
+            }
+            ClaimedInsert::NotStored => Ok(None),
+            ClaimedInsert::InDoubt(err) => {
+                // Released at once if the server can be reached, else by the next claim or
+                // by `close()`; the send says the messages may have been stored.
+                self.in_doubt.record(attempt);
+                self.release_in_doubt().await;
+                self.wake.wake();
+                Err(self.cx.target.write_error("send", "the messages", &err))
+            }
+        }
+    }
+
     /// Best effort: a release that fails is tried again by the next claim (the rows come
     /// back at their lease at the latest).
     async fn release_in_doubt(&self) {
@@ -162,6 +208,22 @@ impl<D: SqlDialect> TableQueue<D> {
     /// wake-ups are live, else by the poll interval; any wake-up (a NOTIFY, a send in this
     /// process) or `cancel` ends it early.
     async fn idle_wait(&self, seen: u64, cancel: &CancellationToken) -> Result<WaitOutcome> {
+        let mut ticket = D::CLAIMS_ON_INSERT.then(|| self.hand_off.wait_here());
+        let outcome = self.wait_idle(seen, cancel, &mut ticket).await;
+        // Leaving the desk: what a send handed over as the wait ended is taken all the same
+        // (a claim's rows, even past a failure or a cancel), never dropped with the ticket.
+        match ticket.and_then(Ticket::leave) {
+            Some(rows) => Ok(WaitOutcome::Claimed(rows)),
+            None => outcome,
+        }
+    }
+
+    async fn wait_idle(
+        &self,
+        seen: u64,
+        cancel: &CancellationToken,
+        ticket: &mut Option<Ticket<Vec<StoredMessage>>>,
+    ) -> Result<WaitOutcome> {
         let push = D::FACTS.push_wakeup && self.cx.config.use_notify && D::push_ready(&self.cx);
         let cap = if push {
             self.cx.config.notify_timeout
@@ -169,7 +231,7 @@ impl<D: SqlDialect> TableQueue<D> {
             self.cx.config.poll_interval
         };
         if D::FACTS.shared_poll && !push && cap > MIN_IDLE_WAIT {
-            return Ok(self.wait_for_shared_poll(seen, cancel).await);
+            return Ok(self.wait_for_shared_poll(seen, cancel, ticket).await);
         }
         let timeout = if cap <= MIN_IDLE_WAIT {
             cap
@@ -189,7 +251,30 @@ impl<D: SqlDialect> TableQueue<D> {
                 _ => cap,
             }
         };
-        Ok(self.wake.wait(seen, timeout, cancel).await.into())
+        Ok(self.wait_on_signal(seen, timeout, cancel, ticket).await)
+    }
+
+    /// Waits on the queue's signal as [`WakeSignal::wait`] does, and ends with the messages a
+    /// send of this process hands over at `ticket` meanwhile (see `crate::queue::hand_off`).
+    async fn wait_on_signal(
+        &self,
+        seen: u64,
+        timeout: Duration,
+        cancel: &CancellationToken,
+        ticket: &mut Option<Ticket<Vec<StoredMessage>>>,
+    ) -> WaitOutcome {
+        if let Some(at_desk) = ticket.as_mut() {
+            tokio::select! {
+                biased;
+                handed = at_desk.handed() => match handed {
+                    Some(rows) => return WaitOutcome::Claimed(rows),
+                    // The sender stored nothing claimed: its ordinary insert wakes the queue.
+                    None => *ticket = None,
+                },
+                end = self.wake.wait(seen, timeout, cancel) => return end.into(),
+            }
+        }
+        self.wake.wait(seen, timeout, cancel).await.into()
     }
 
     /// Waits for a wake-up: a send, release or reject in this process, or the table's shared
@@ -197,7 +282,12 @@ impl<D: SqlDialect> TableQueue<D> {
     /// consumer runs no statement of its own while that poll answers; when it stops answering
     /// (a failed poll also wakes every consumer at once) the wait ends at its cap, and the
     /// consumer claims as it would after any wake-up.
-    async fn wait_for_shared_poll(&self, seen: u64, cancel: &CancellationToken) -> WaitOutcome {
+    async fn wait_for_shared_poll(
+        &self,
+        seen: u64,
+        cancel: &CancellationToken,
+        ticket: &mut Option<Ticket<Vec<StoredMessage>>>,
+    ) -> WaitOutcome {
         let interval = self.cx.config.poll_interval;
         let watch = table_poller::watch(
             &self.cx.target,
@@ -212,9 +302,9 @@ impl<D: SqlDialect> TableQueue<D> {
             .clamp(MIN_SHARED_POLL_CAP, MAX_SHARED_POLL_CAP)
             .max(interval * 2);
         loop {
-            match self.wake.wait(seen, cap, cancel).await {
-                WaitEnd::TimedOut if watch.fresh(cap) => continue,
-                end => return end.into(),
+            match self.wait_on_signal(seen, cap, cancel, ticket).await {
+                WaitOutcome::TimedOut if watch.fresh(cap) => continue,
+                outcome => return outcome,
             }
         }
     }
@@ -232,6 +322,11 @@ impl<D: SqlDialect> TableQueue<D> {
         }
     }
 }
+
+/// The most messages, and bytes of them, a send hands straight to an idle consumer: they
+/// travel inlined in one statement, and a consumer takes a handful at a time.
+const MAX_HANDED_MESSAGES: usize = 16;
+const MAX_HANDED_BYTES: usize = 32 * 1024;
 
 /// How long `close()` tries to release the rows of claims whose reply was lost.
 const SHUTDOWN_RELEASE_BOUND: Duration = Duration::from_secs(2);
@@ -285,6 +380,9 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             .fold(f64::INFINITY, f64::min);
         Box::pin(self.bounded("send", Some("the messages"), async move {
             self.ready("send").await?;
+            if let Some(ids) = self.hand_off(&messages).await? {
+                return Ok(ids);
+            }
             let ids = D::insert(&self.cx, messages).await?;
             self.expect_due(soonest);
             Ok(ids)

@@ -14,6 +14,8 @@ use super::driver::{DueRow, Runner, SqlResult};
 use super::errors::{driver_error, no_answer, outcome_unknown, Failure};
 use super::kept_connection::KeptConnection;
 use super::table_poller::{PollTarget, TablePollers};
+use crate::queue::engine::StoredMessage;
+use crate::queue::hand_off::HandOffDesks;
 use crate::queue::wake::WakeBoard;
 use crate::support::dsn::SqlDsn;
 use crate::support::error::{Error, Result};
@@ -63,6 +65,8 @@ pub struct SqlTarget<D: Connector> {
     pub max_connections: u32,
     pub secrets: Vec<String>,
     pub board: Arc<WakeBoard>,
+    /// Where a send hands its messages, stored claimed, to an idle consumer of its queue.
+    pub hand_offs: HandOffDesks<Vec<StoredMessage>>,
     /// The shared polls of idle consumers, one per table (dialects without push wake-ups).
     pub pollers: TablePollers,
     first_contact: FirstContact,
@@ -111,6 +115,7 @@ impl<D: Connector> SqlTarget<D> {
                 max_connections: budget,
                 secrets: dsn.secrets.clone(),
                 board,
+                hand_offs: HandOffDesks::default(),
                 pollers: TablePollers::default(),
                 first_contact: FirstContact::default(),
                 connection_failed_at: Mutex::new(None),

@@ -3,6 +3,7 @@
 //! own session time zone (never changed, so TypeScript and native workers read each other's
 //! DATETIMEs alike), and polling plus in-process wake-ups for idle consumers.
 
+mod claimed_insert;
 mod errors;
 mod insert;
 mod name_column;
@@ -15,7 +16,7 @@ use crate::engines::sql::claim_doubt::ClaimAttempt;
 use crate::engines::sql::connector::{
     Connector, ContactError, DialectConnection, DialectFacts, OpenedTarget, TableStatements,
 };
-use crate::engines::sql::dialect::SqlDialect;
+use crate::engines::sql::dialect::{ClaimedInsert, SqlDialect};
 use crate::engines::sql::driver::{Driver, DueRow, SqlResult};
 use crate::engines::sql::errors::Failure;
 use crate::engines::sql::ids::{held_condition, id_list, HeldRow};
@@ -173,6 +174,8 @@ impl Connector for MySql {
 }
 
 impl SqlDialect for MySql {
+    const CLAIMS_ON_INSERT: bool = true;
+
     fn targets() -> &'static Targets<SqlTarget<Self>> {
         &TARGETS
     }
@@ -197,6 +200,14 @@ impl SqlDialect for MySql {
             .await
             .map_err(|e| queue.target.write_error("send", "the messages", &e))
         })
+    }
+
+    fn insert_claimed<'a>(
+        queue: &'a QueueContext<Self>,
+        messages: &'a [NewMessage],
+        attempt: &'a mut ClaimAttempt,
+    ) -> BoxFuture<'a, ClaimedInsert> {
+        Box::pin(claimed_insert::insert_claimed(queue, messages, attempt))
     }
 
     /// One claim transaction in two round trips: `BEGIN` with the SELECT locking a batch

@@ -4,6 +4,7 @@
 
 use super::name_column::NameColumn;
 use crate::engines::sql::connector::TableStatements;
+use crate::queue::engine::NewMessage;
 
 /// A claim's token: `delivered_at` as microseconds since `1970-01-01` in the session's own
 /// time zone (plain DATETIME arithmetic: no zone conversion, exact).
@@ -76,6 +77,33 @@ impl MySqlStatements {
             self.table,
             delivered_at_of(token)
         )
+    }
+
+    /// `BEGIN`, the INSERT of due `messages` claimed by the insert itself (`delivered_at` is
+    /// its `NOW(3)`), and the SELECT of the first row's id and token, as text with the values
+    /// inlined: one round trip, the `COMMIT` the next.
+    pub fn begin_claimed_insert(&self, queue: &str, messages: &[NewMessage]) -> String {
+        use std::fmt::Write;
+        let queue = utf8mb4_literal(queue);
+        let mut sql = format!(
+            "BEGIN; INSERT INTO {} (queue_name, body, headers, created_at, available_at, delivered_at) VALUES ",
+            self.table
+        );
+        for (i, m) in messages.iter().enumerate() {
+            let separator = if i > 0 { ", " } else { "" };
+            let _ = write!(
+                sql,
+                "{separator}({queue}, {}, {}, NOW(3), NOW(3), NOW(3))",
+                utf8mb4_literal(&m.body),
+                utf8mb4_literal(&m.headers)
+            );
+        }
+        let _ = write!(
+            sql,
+            "; SELECT CAST(id AS CHAR) AS id, {TOKEN_OF} AS token FROM {} WHERE id = LAST_INSERT_ID()",
+            self.table
+        );
+        sql
     }
 
     /// `INSERT … VALUES (…), (…)` for `rows` messages, four binds each.
