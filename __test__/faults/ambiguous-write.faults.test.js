@@ -44,8 +44,8 @@ const CLAIM_WRITE = {
   redis: 'XREADGROUP',
 };
 
-/** A MySQL packet whose one command is the text query `COMMIT` (a handed send's second round trip). */
-const COMMIT_ALONE = (chunk) => chunk.length === 11 && chunk[4] === 0x03 && chunk.subarray(5).toString() === 'COMMIT';
+/** The statement of a MySQL send stored claimed for an idle consumer (its INSERT sets delivered_at), prepared on first use. */
+const HANDED_INSERT = 'available_at, delivered_at) SELECT';
 
 /**
  * Waits until every key was delivered or the deadline passed, and says when the last of them
@@ -158,11 +158,11 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
   }, 60_000);
 
   // A MySQL/MariaDB send that finds a consumer of its queue idle in its process (same DSN)
-  // stores its message claimed for it, committed in a COMMIT of its own (docs/semantics.md,
-  // "Hand-off"). That COMMIT's reply lost: the send says it may have been stored, and the
-  // rows, known before the COMMIT went, are released by the sender at once, not at the lease.
+  // stores its message claimed for it, in one INSERT stamped with a residue of its choosing
+  // (docs/semantics.md, "Hand-off"). Its reply lost: the send says it may have been stored,
+  // and the row, found by that residue, is released by the sender at once, not at the lease.
   if (engine === 'mariadb') {
-    it(`a send handed to an idle consumer whose COMMIT reply is lost: rejected "may have been stored", delivered within ${CLAIM_BACK_MS[engine]} ms`, async () => {
+    it(`a send handed to an idle consumer whose reply is lost: rejected "may have been stored", delivered within ${CLAIM_BACK_MS[engine]} ms`, async () => {
       const queue = uniqueQueue(engine, 'ambiguous');
       const dsn = f.viaProxy();
       const producer = f.open({ dsn, queue });
@@ -171,8 +171,8 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
       const { delivered, errors, controller, loop } = consumeAndAck(consumer);
       await sleep(1000);
 
-      const handed = f.proxy.count('BEGIN; INSERT');
-      const cut = f.proxy.cutAfter(COMMIT_ALONE);
+      const handed = f.proxy.count(HANDED_INSERT);
+      const cut = f.proxy.cutAfter((chunk) => chunk.includes('"h:1"'));
       const sentAt = Date.now();
       const outcome = await settleWithin(producer.send(faultEnvelope('h:1', 1)), 20_000);
       const { replied } = await settleWithin(cut, 5000).then((r) => r.value ?? {});

@@ -3,12 +3,13 @@
 // MySQL/MariaDB: a send that finds an idle consumer of the same queue in its process (on the
 // same DSN) stores its messages already claimed and hands them to that consumer, so the
 // wake-up costs the send's commit and no second one for a claim. What must hold: the row is
-// claimed by the INSERT itself (its delivered_at is its created_at); the consumer settles it
+// claimed by the INSERT itself (within a stamp span of its created_at); the consumer settles it
 // under that claim; and a consumer that stops waiting as a message is handed to it loses
 // nothing: the message is claimable again at once, not after the lease.
 
 const { mysql } = require('../support/engines');
 const { sqlTable } = require('../support/sql-table');
+const { startProxy, viaProxy } = require('../faults/support/proxy');
 const { serializer, envelopeOf, idOf, receiveOne, receiveWithin, pollUntil } = require('../support/transport-helpers');
 
 const { TABLE, db, track, queue } = sqlTable(mysql, { dsn: mysql.dsn, prefix: 'nmn_ho' });
@@ -19,40 +20,64 @@ function transport(queueName, options = {}) {
   return track(new mysql.Transport({ dsn: mysql.dsn, tableName: TABLE, queueName, serializer: serializer(), ...options }));
 }
 
-/** The stored row of `id`: its claim stamp beside its creation time. */
+/**
+ * The stored row of `id`: whether it is claimed, and how long after its creation (ms). A
+ * claim stamped by the INSERT is at most a stamp span (100 ms with an hour's lease) later; a
+ * consumer's own claim comes after its wake-up and its claim's round trips.
+ */
 async function row(id) {
   const [found] = await db.query(
-    `SELECT CAST(created_at AS CHAR) AS created, CAST(delivered_at AS CHAR) AS delivered FROM ${TABLE} WHERE id = ?`,
+    `SELECT delivered_at IS NOT NULL AS claimed, TIMESTAMPDIFF(MICROSECOND, created_at, delivered_at) / 1000 AS claimedAfterMs FROM ${TABLE} WHERE id = ?`,
     [id],
   );
-  return found;
+  return found && { claimed: Number(found.claimed) === 1, claimedAfterMs: found.claimedAfterMs === null ? null : Number(found.claimedAfterMs) };
 }
 
-it('hands a send to the idle consumer of its queue, stored claimed by its own INSERT', async () => {
-  const name = queue('handed');
-  const producer = transport(name);
-  const consumer = transport(name);
+/** Claimed by the INSERT that stored it (see `row`). */
+async function expectClaimedByItsInsert(id) {
+  const stored = await row(id);
+  expect(stored.claimed).toBe(true);
+  expect(stored.claimedAfterMs).toBeGreaterThanOrEqual(0);
+  expect(stored.claimedAfterMs).toBeLessThan(100);
+}
 
-  // Nobody waits: an ordinary send, unclaimed.
-  const unclaimed = await producer.send(envelopeOf('nobody-waits'));
-  expect((await row(idOf(unclaimed))).delivered).toBeNull();
-  await consumer.ack(await receiveOne(consumer));
+it('hands a send to the idle consumer of its queue, stored claimed by its own INSERT: no claim of its own', async () => {
+  // Both on one DSN through a proxy that counts the consumer's claims.
+  const proxy = await startProxy({ targetPort: Number(new URL(mysql.dsn).port) });
+  try {
+    const name = queue('handed');
+    const dsn = viaProxy(mysql.dsn, proxy);
+    const producer = transport(name, { dsn });
+    const consumer = transport(name, { dsn });
 
-  // The consumer idles, then a message comes: it is claimed in the INSERT that stores it.
-  const waiting = receiveOne(consumer, 5000);
-  await sleep(300);
-  const sent = await producer.send(envelopeOf('handed-over'));
-  const received = await waiting;
-  expect(idOf(received)).toBe(idOf(sent));
-  expect(received.message.id).toBe('handed-over');
-  const stored = await row(idOf(sent));
-  expect(stored.delivered).not.toBeNull();
-  expect(stored.delivered).toBe(stored.created);
+    // Nobody waits: an ordinary send, unclaimed, and the consumer claims it.
+    const unclaimed = await producer.send(envelopeOf('nobody-waits'));
+    expect((await row(idOf(unclaimed))).claimed).toBe(false);
+    const claimsBefore = proxy.count('FOR UPDATE SKIP LOCKED');
+    await consumer.ack(await receiveOne(consumer));
+    expect(claimsBefore.seen).toBeGreaterThan(0);
 
-  // Settled under that claim: the ack removes it.
-  await consumer.ack(received);
-  await pollUntil(async () => (await row(idOf(sent))) === undefined);
-  expect(await row(idOf(sent))).toBeUndefined();
+    // The consumer idles, then a message comes: it is claimed by the INSERT that stores it,
+    // and reaches the consumer with no claim in between.
+    const waiting = receiveOne(consumer, 5000);
+    await sleep(300);
+    const claims = proxy.count('FOR UPDATE SKIP LOCKED');
+    const sent = await producer.send(envelopeOf('handed-over'));
+    const received = await waiting;
+    expect(claims.seen).toBe(0);
+    expect(idOf(received)).toBe(idOf(sent));
+    expect(received.message.id).toBe('handed-over');
+    await expectClaimedByItsInsert(idOf(sent));
+
+    // Settled under that claim: the ack removes it.
+    await consumer.ack(received);
+    await pollUntil(async () => (await row(idOf(sent))) === undefined);
+    expect(await row(idOf(sent))).toBeUndefined();
+    await producer.close();
+    await consumer.close();
+  } finally {
+    await proxy.close();
+  }
 });
 
 it('rejects a handed message under its claim: the copy is delivered again', async () => {
@@ -63,7 +88,7 @@ it('rejects a handed message under its claim: the copy is delivered again', asyn
   await sleep(300);
   const sent = await producer.send(envelopeOf('to-reject'));
   const received = await waiting;
-  expect((await row(idOf(sent))).delivered).toBe((await row(idOf(sent))).created);
+  await expectClaimedByItsInsert(idOf(sent));
   await consumer.reject(received);
   expect(await row(idOf(sent))).toBeUndefined();
   const copy = await receiveOne(consumer);

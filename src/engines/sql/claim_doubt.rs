@@ -59,6 +59,9 @@ pub struct ClaimAttempt {
     pub span_ms: i64,
     sent: Instant,
     rows: Vec<HeldRow>,
+    /// Whether its statement stamps `delivered_at` with the nonce (always on PostgreSQL; on
+    /// MySQL, a send stored claimed), so that a release can look for the residue.
+    stamped: bool,
 }
 
 impl ClaimAttempt {
@@ -75,7 +78,18 @@ impl ClaimAttempt {
             span_ms,
             sent: Instant::now(),
             rows: Vec::new(),
+            stamped: false,
         }
+    }
+
+    /// Its statement stamps `delivered_at` with the nonce (see [`ClaimAttempt::stamped`]).
+    pub fn stamp(&mut self) {
+        self.stamped = true;
+    }
+
+    /// Whether its statement stamps `delivered_at` with the nonce.
+    pub fn stamped(&self) -> bool {
+        self.stamped
     }
 
     /// Notes the rows (with their token) the attempt is about to commit.

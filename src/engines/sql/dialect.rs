@@ -28,10 +28,9 @@ use std::sync::Arc;
 pub enum ClaimedInsert {
     /// Stored and claimed, each row with its claim's token, in input order.
     Stored(Vec<StoredMessage>),
-    /// Nothing stored: the transaction ended uncommitted.
+    /// Nothing stored: the server refused the statement.
     NotStored,
-    /// The `COMMIT` got no answer: the rows the attempt noted may be stored, claimed by
-    /// nobody.
+    /// No answer: the rows the attempt identifies may be stored, claimed by nobody.
     InDoubt(sqlx::Error),
 }
 
@@ -65,10 +64,10 @@ pub trait SqlDialect: Connector {
     ) -> BoxFuture<'_, Result<Vec<String>>>;
 
     /// Stores due `messages` already claimed, for an idle consumer of this process that takes
-    /// them: the claim commits with the send, in one transaction. The rows and their token
-    /// are noted in `attempt` before the `COMMIT`, so that they are released should its
-    /// reply be lost. One attempt, never repeated: [`ClaimedInsert::NotStored`] leaves the
-    /// messages to an ordinary insert.
+    /// them: the claim commits with the send, in one statement. What identifies the rows is
+    /// kept in `attempt` ([`SqlDialect::release_in_doubt`] releases them should the reply be
+    /// lost). One attempt, never repeated: [`ClaimedInsert::NotStored`] leaves the messages
+    /// to an ordinary insert.
     fn insert_claimed<'a>(
         _queue: &'a QueueContext<Self>,
         _messages: &'a [NewMessage],

@@ -155,10 +155,26 @@ impl<D: SqlDialect> TableQueue<D> {
         match D::insert_claimed(&self.cx, messages, &mut attempt).await {
             ClaimedInsert::Stored(rows) => {
                 let ids = rows.iter().map(|r| r.id.clone()).collect();
-                if taker.give(rows).is_err() {
+                let token = rows.first().and_then(|r| r.token);
+                match taker.give(rows) {
+                    Ok(()) => {
+                        // A live claim of this process: later releases by residue spare it.
+                        if let Some(token) = token {
+                            self.cx.target.recent_claims.note(token);
+                        }
+                    }
                     // The consumer stopped waiting meanwhile: the rows go back to the queue.
-                    if D::release_in_doubt(&self.cx, &attempt).await.is_err() {
-                        self.in_doubt.record(attempt);
+                    Err(rows) => {
+                        attempt.hold(
+                            rows.iter()
+                                .filter_map(|r| {
+                                    row_id(&r.id).map(|id| HeldRow { id, token: r.token })
+                                })
+                                .collect(),
+                        );
+                        if D::release_in_doubt(&self.cx, &attempt).await.is_err() {
+                            self.in_doubt.record(attempt);
+                        }
                     }
                 }
                 Ok(Some(ids))
@@ -323,10 +339,10 @@ impl<D: SqlDialect> TableQueue<D> {
     }
 }
 
-/// The most messages, and bytes of them, a send hands straight to an idle consumer: they
-/// travel inlined in one statement, and a consumer takes a handful at a time.
-const MAX_HANDED_MESSAGES: usize = 16;
-const MAX_HANDED_BYTES: usize = 32 * 1024;
+/// The most messages, and bytes of them, a send hands straight to an idle consumer: an idle
+/// consumer's wake-up is a send of one; a batch means the queue is busy.
+const MAX_HANDED_MESSAGES: usize = 1;
+const MAX_HANDED_BYTES: usize = 64 * 1024;
 
 /// How long `close()` tries to release the rows of claims whose reply was lost.
 const SHUTDOWN_RELEASE_BOUND: Duration = Duration::from_secs(2);

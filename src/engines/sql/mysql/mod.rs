@@ -8,6 +8,7 @@ mod errors;
 mod insert;
 mod name_column;
 mod per_table;
+mod server_clock;
 mod statements;
 mod text_columns;
 mod version;
@@ -52,6 +53,8 @@ pub struct MySqlExtra {
     text_columns: text_columns::TextColumns,
     /// Each table's `queue_name` column, as the shared poll compares names.
     name_columns: name_column::NameColumns,
+    /// The server's clock, which sends stored claimed stamp their claims from.
+    clock: server_clock::ServerClock,
 }
 
 static TARGETS: LazyLock<Targets<SqlTarget<MySql>>> = LazyLock::new(Targets::default);
@@ -109,6 +112,7 @@ impl Connector for MySql {
                 id_step: AtomicU64::new(1),
                 text_columns: text_columns::TextColumns::default(),
                 name_columns: name_column::NameColumns::default(),
+                clock: server_clock::ServerClock::default(),
             },
         })
     }
@@ -122,7 +126,8 @@ impl Connector for MySql {
         Box::pin(async move {
             let row = sqlx::query(
                 "SELECT VERSION() AS version, CAST(@@max_allowed_packet AS UNSIGNED) AS max_packet, \
-                 CAST(@@auto_increment_increment AS UNSIGNED) AS id_step",
+                 CAST(@@auto_increment_increment AS UNSIGNED) AS id_step, \
+                 TIMESTAMPDIFF(MICROSECOND, '1970-01-01', NOW(3)) AS now_token",
             )
             .fetch_one(&mut *conn)
             .await
@@ -133,6 +138,9 @@ impl Connector for MySql {
             let id_step: u64 = row.try_get("id_step").map_err(|e| error(&e))?;
             extra.max_packet.store(max_packet, Ordering::Relaxed);
             extra.id_step.store(id_step.max(1), Ordering::Relaxed);
+            if let Ok(now) = row.try_get::<i64, _>("now_token") {
+                extra.clock.note(now);
+            }
             Ok(())
         })
     }
@@ -202,12 +210,38 @@ impl SqlDialect for MySql {
         })
     }
 
+    /// One message at a time (as the table queue hands them).
     fn insert_claimed<'a>(
         queue: &'a QueueContext<Self>,
         messages: &'a [NewMessage],
         attempt: &'a mut ClaimAttempt,
     ) -> BoxFuture<'a, ClaimedInsert> {
-        Box::pin(claimed_insert::insert_claimed(queue, messages, attempt))
+        match messages {
+            [message] => Box::pin(claimed_insert::insert_claimed(queue, message, attempt)),
+            _ => Box::pin(async { ClaimedInsert::NotStored }),
+        }
+    }
+
+    /// A claim's rows as it noted them; a claimed insert whose INSERT's result never came,
+    /// by the residue it stamped (see `claimed_insert`).
+    fn release_in_doubt<'a>(
+        queue: &'a QueueContext<Self>,
+        attempt: &'a ClaimAttempt,
+    ) -> BoxFuture<'a, SqlResult<()>> {
+        if !attempt.held().is_empty() {
+            return Self::release(queue, held_condition(attempt.held(), Self::TOKEN_OF));
+        }
+        if !attempt.stamped() {
+            return Box::pin(async { Ok(()) });
+        }
+        let sql = queue.sql.release_stamped(
+            &queue.config.queue,
+            (attempt.nonce, attempt.span_ms),
+            attempt.window().as_micros() as i64,
+            claimed_insert::lateness_us(attempt.span_ms),
+            &queue.target.recent_claims.sharing_residue(attempt),
+        );
+        sqlx::MySql::execute_text(&queue.target.pool, sql)
     }
 
     /// One claim transaction in two round trips: `BEGIN` with the SELECT locking a batch
@@ -290,6 +324,7 @@ impl SqlDialect for MySql {
                 .fetch_one(&mut *conn)
                 .await?
                 .try_get("token")?;
+            queue.target.extra.clock.note(token);
             let condition = held_condition(&rows, Self::TOKEN_OF);
             sqlx::query(&queue.sql.renew(token, &condition))
                 .persistent(false)
@@ -338,6 +373,7 @@ async fn claim_in(
         .collect::<SqlResult<Vec<_>>>()?;
     let end = match claimed.first().and_then(|m| m.token) {
         Some(token) => {
+            queue.target.extra.clock.note(token);
             let ids: Vec<i64> = claimed.iter().filter_map(|m| m.id.parse().ok()).collect();
             // Known before the COMMIT whose reply may be lost: what to release then.
             attempt.hold(

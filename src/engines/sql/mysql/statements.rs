@@ -4,7 +4,6 @@
 
 use super::name_column::NameColumn;
 use crate::engines::sql::connector::TableStatements;
-use crate::queue::engine::NewMessage;
 
 /// A claim's token: `delivered_at` as microseconds since `1970-01-01` in the session's own
 /// time zone (plain DATETIME arithmetic: no zone conversion, exact).
@@ -15,6 +14,11 @@ const NOW_TOKEN: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', NOW(3))";
 /// The `delivered_at` value of token `token` (an integer: inlined safely).
 pub fn delivered_at_of(token: i64) -> String {
     format!("'1970-01-01' + INTERVAL {token} MICROSECOND")
+}
+
+/// The `delivered_at` value of a bound token.
+fn delivered_at_of_bound() -> &'static str {
+    "'1970-01-01' + INTERVAL ? MICROSECOND"
 }
 
 /// MySQL's own statements (the shared-shape ones are in [`TableStatements`]).
@@ -39,6 +43,10 @@ pub struct MySqlStatements {
     insert_head: String,
     /// `(queue, body, headers, delay µs)`.
     pub insert_one: String,
+    /// `(queue, body, headers, token, token, lateness µs)`: one due message stored claimed
+    /// with `token`, if it lies between the server's `NOW(3)` and `lateness` after it (else
+    /// no row).
+    pub claimed_insert: String,
     /// `(id, token, token)`: `token` NULL deletes by id.
     pub redeliver_delete: String,
     pub release_head: String,
@@ -79,31 +87,33 @@ impl MySqlStatements {
         )
     }
 
-    /// `BEGIN`, the INSERT of due `messages` claimed by the insert itself (`delivered_at` is
-    /// its `NOW(3)`), and the SELECT of the first row's id and token, as text with the values
-    /// inlined: one round trip, the `COMMIT` the next.
-    pub fn begin_claimed_insert(&self, queue: &str, messages: &[NewMessage]) -> String {
-        use std::fmt::Write;
-        let queue = utf8mb4_literal(queue);
-        let mut sql = format!(
-            "BEGIN; INSERT INTO {} (queue_name, body, headers, created_at, available_at, delivered_at) VALUES ",
-            self.table
-        );
-        for (i, m) in messages.iter().enumerate() {
-            let separator = if i > 0 { ", " } else { "" };
-            let _ = write!(
-                sql,
-                "{separator}({queue}, {}, {}, NOW(3), NOW(3), NOW(3))",
-                utf8mb4_literal(&m.body),
-                utf8mb4_literal(&m.headers)
-            );
-        }
-        let _ = write!(
-            sql,
-            "; SELECT CAST(id AS CHAR) AS id, {TOKEN_OF} AS token FROM {} WHERE id = LAST_INSERT_ID()",
-            self.table
-        );
-        sql
+    /// Releases the rows of `queue` a claimed insert stamped with `nonce` modulo `span_ms`
+    /// may have stored in the last `window_us` µs, but for this process's claims `spared`:
+    /// rows made available in that time and claimed within `lateness_us` of their creation.
+    pub fn release_stamped(
+        &self,
+        queue: &str,
+        (nonce, span_ms): (i64, i64),
+        window_us: i64,
+        lateness_us: i64,
+        spared: &[i64],
+    ) -> String {
+        let spared = if spared.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " AND {TOKEN_OF} NOT IN {}",
+                crate::engines::sql::ids::id_list(spared)
+            )
+        };
+        format!(
+            "UPDATE {t} SET delivered_at = NULL WHERE queue_name = {queue} \
+             AND available_at >= NOW(3) - INTERVAL {window_us} MICROSECOND \
+             AND delivered_at IS NOT NULL AND delivered_at <= created_at + INTERVAL {lateness_us} MICROSECOND \
+             AND MOD({TOKEN_OF} DIV 1000, {span_ms}) = {nonce}{spared}",
+            t = self.table,
+            queue = utf8mb4_literal(queue),
+        )
     }
 
     /// `INSERT … VALUES (…), (…)` for `rows` messages, four binds each.
@@ -215,6 +225,11 @@ pub fn statements(t: &str) -> (TableStatements, MySqlStatements) {
         ),
         insert_one: format!(
             "INSERT INTO {t} (queue_name, body, headers, created_at, available_at) VALUES (?, ?, ?, NOW(3), NOW(3) + INTERVAL ? MICROSECOND)"
+        ),
+        claimed_insert: format!(
+            "INSERT INTO {t} (queue_name, body, headers, created_at, available_at, delivered_at) \
+             SELECT ?, ?, ?, NOW(3), NOW(3), {} FROM DUAL WHERE ? BETWEEN {NOW_TOKEN} AND {NOW_TOKEN} + ?",
+            delivered_at_of_bound()
         ),
         redeliver_delete: format!(
             "DELETE FROM {t} WHERE id = ? AND (? IS NULL OR {TOKEN_OF} = ?)"
