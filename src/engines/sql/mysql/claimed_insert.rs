@@ -4,10 +4,10 @@
 //! here, as a PostgreSQL claim's is (`claim_doubt`): the first millisecond at or after the
 //! server's time ([`ServerClock`], plus a margin for its lag) whose residue modulo the
 //! attempt's span is its nonce. The statement stores nothing unless the stamp lies between
-//! the server's `NOW(3)` and [`LATENESS_US`] after it; then the offset is read again and the
+//! the server's `NOW(3)` and [`lateness_us`] after it; then the offset is read again and the
 //! message goes the ordinary way. Should the reply be lost, the row is released by that
 //! residue, within the time the attempt can have run in, among rows claimed within
-//! [`LATENESS_US`] of their creation (which no renewal is).
+//! [`lateness_us`] of their creation (which no renewal is).
 //!
 //! [`ServerClock`]: super::server_clock::ServerClock
 
@@ -24,7 +24,7 @@ use sqlx::Row;
 const MARGIN_US: i64 = 3_000;
 /// How much later than the server's `NOW(3)` a stamp may be, beyond the span: a claim lasts
 /// at most this much longer than its lease, for any consumer.
-pub const EXTRA_LATENESS_US: i64 = 10_000;
+const EXTRA_LATENESS_US: i64 = 10_000;
 
 /// The latest a claimed insert's stamp may be after the row's creation, for `span_ms`.
 pub fn lateness_us(span_ms: i64) -> i64 {

@@ -16,10 +16,8 @@ pub fn delivered_at_of(token: i64) -> String {
     format!("'1970-01-01' + INTERVAL {token} MICROSECOND")
 }
 
-/// The `delivered_at` value of a bound token.
-fn delivered_at_of_bound() -> &'static str {
-    "'1970-01-01' + INTERVAL ? MICROSECOND"
-}
+/// The `delivered_at` value of a bound token (as [`delivered_at_of`] of an inlined one).
+const DELIVERED_AT_OF_BOUND: &str = "'1970-01-01' + INTERVAL ? MICROSECOND";
 
 /// MySQL's own statements (the shared-shape ones are in [`TableStatements`]).
 pub struct MySqlStatements {
@@ -228,8 +226,7 @@ pub fn statements(t: &str) -> (TableStatements, MySqlStatements) {
         ),
         claimed_insert: format!(
             "INSERT INTO {t} (queue_name, body, headers, created_at, available_at, delivered_at) \
-             SELECT ?, ?, ?, NOW(3), NOW(3), {} FROM DUAL WHERE ? BETWEEN {NOW_TOKEN} AND {NOW_TOKEN} + ?",
-            delivered_at_of_bound()
+             SELECT ?, ?, ?, NOW(3), NOW(3), {DELIVERED_AT_OF_BOUND} FROM DUAL WHERE ? BETWEEN {NOW_TOKEN} AND {NOW_TOKEN} + ?"
         ),
         redeliver_delete: format!(
             "DELETE FROM {t} WHERE id = ? AND (? IS NULL OR {TOKEN_OF} = ?)"
