@@ -1,7 +1,7 @@
 //! Row ids: the engine contract carries ids as strings; SQL rows have integer ids. An id that
 //! is not plain decimal digits cannot be a row of ours and is skipped, never sent.
 
-use crate::queue::engine::Held;
+use crate::queue::engine::{Held, StoredMessage};
 use std::collections::BTreeMap;
 
 /// A held row as SQL sees it: its integer id and its claim's token (see [`Held`]).
@@ -13,9 +13,19 @@ pub struct HeldRow {
 
 /// The held messages that can be rows (a non-decimal id cannot be and is skipped).
 pub fn held_rows(held: &[Held]) -> Vec<HeldRow> {
-    held.iter()
-        .filter_map(|h| row_id(&h.id).map(|id| HeldRow { id, token: h.token }))
+    held.iter().filter_map(|h| row_of(&h.id, h.token)).collect()
+}
+
+/// The rows of claimed `messages`, as [`held_rows`] has them.
+pub fn claimed_rows(messages: &[StoredMessage]) -> Vec<HeldRow> {
+    messages
+        .iter()
+        .filter_map(|m| row_of(&m.id, m.token))
         .collect()
+}
+
+fn row_of(id: &str, token: Option<i64>) -> Option<HeldRow> {
+    row_id(id).map(|id| HeldRow { id, token })
 }
 
 /// A WHERE condition matching `rows`: a row with a token only while its `delivered_at` still

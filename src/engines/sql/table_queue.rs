@@ -2,30 +2,33 @@
 //! [`Engine`] the engine-independent queue drives. It owns the glue that is the same in every
 //! dialect (first contact, retries, error reporting, id parsing, list, find, count, leases,
 //! releases, idle waits, shutdown) and hands the dialect only what is its own, through the
-//! queue's [`QueueContext`].
+//! queue's [`QueueContext`]. Two parts live in files of their own: the consumer's idle wait
+//! (`idle_wait`) and the sender's side of a hand-off (`hand_off`).
 //!
 //! The top of the SQL engine: it may import every file of it (dialect, queue context, target,
 //! table pollers, retry, and the leaves), and none imports it but `super` (`open_engine`).
 
+mod hand_off;
+mod idle_wait;
+
 use super::claim_doubt::{stamp_span_ms, ClaimAttempt, InDoubt};
 use super::connector::TableStatements;
-use super::dialect::{ClaimedInsert, SqlDialect};
+use super::dialect::SqlDialect;
 use super::driver::{Driver, Param, SqlResult};
 use super::errors::outcome_unknown;
 use super::ids::{held_condition, held_rows, row_id, HeldRow};
 use super::queue_context::{QueueConfig, QueueContext};
 use super::retry::with_transient_retry;
-use super::table_poller::{self, IdleQueue};
 use super::target::{SqlTarget, MAX_POOL_CONNECTIONS, STATEMENT_BOUND};
 use crate::queue::engine::WaitOutcome;
 use crate::queue::engine::{Engine, Held, NewMessage, StoredMessage};
-use crate::queue::hand_off::{HandOffDesk, Ticket};
+use crate::queue::hand_off::HandOffDesk;
 use crate::queue::wake::WakeSignal;
 use crate::support::dsn::SqlDsn;
 use crate::support::error::{Cause, Error, Result};
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// One queue of one table in dialect `D`.
@@ -133,64 +136,6 @@ impl<D: SqlDialect> TableQueue<D> {
         Ok(deleted)
     }
 
-    /// Stores due `messages` claimed for an idle consumer of this process and hands them to
-    /// it (see `crate::queue::hand_off`), where the dialect can and a consumer waits: their
-    /// ids, or `None` when they were not stored so and go the ordinary way.
-    async fn hand_off(&self, messages: &[NewMessage]) -> Result<Option<Vec<String>>> {
-        let bytes: usize = messages
-            .iter()
-            .map(|m| m.body.len() + m.headers.len())
-            .sum();
-        if !D::CLAIMS_ON_INSERT
-            || messages.len() > MAX_HANDED_MESSAGES
-            || bytes > MAX_HANDED_BYTES
-            || messages.iter().any(|m| m.delay_ms > 0.0)
-        {
-            return Ok(None);
-        }
-        let Some(taker) = self.hand_off.take() else {
-            return Ok(None);
-        };
-        let mut attempt = ClaimAttempt::new(stamp_span_ms(self.claim_lease()));
-        match D::insert_claimed(&self.cx, messages, &mut attempt).await {
-            ClaimedInsert::Stored(rows) => {
-                let ids = rows.iter().map(|r| r.id.clone()).collect();
-                let token = rows.first().and_then(|r| r.token);
-                match taker.give(rows) {
-                    Ok(()) => {
-                        // A live claim of this process: later releases by residue spare it.
-                        if let Some(token) = token {
-                            self.cx.target.recent_claims.note(token);
-                        }
-                    }
-                    // The consumer stopped waiting meanwhile: the rows go back to the queue.
-                    Err(rows) => {
-                        attempt.hold(
-                            rows.iter()
-                                .filter_map(|r| {
-                                    row_id(&r.id).map(|id| HeldRow { id, token: r.token })
-                                })
-                                .collect(),
-                        );
-                        if D::release_in_doubt(&self.cx, &attempt).await.is_err() {
-                            self.in_doubt.record(attempt);
-                        }
-                    }
-                }
-                Ok(Some(ids))
-            }
-            ClaimedInsert::NotStored => Ok(None),
-            ClaimedInsert::InDoubt(err) => {
-                // Released at once if the server can be reached, else by the next claim or
-                // by `close()`; the send says the messages may have been stored.
-                self.in_doubt.record(attempt);
-                self.release_in_doubt().await;
-                self.wake.wake();
-                Err(self.cx.target.write_error("send", "the messages", &err))
-            }
-        }
-    }
-
     /// Best effort: a release that fails is tried again by the next claim (the rows come
     /// back at their lease at the latest).
     async fn release_in_doubt(&self) {
@@ -208,152 +153,10 @@ impl<D: SqlDialect> TableQueue<D> {
             Param::Float(self.cx.config.redeliver_timeout_seconds),
         ]
     }
-
-    /// Milliseconds until the next unclaimed row is due (≤ 0: due now), `None` if none is.
-    async fn next_due_in_ms(&self) -> Result<Option<f64>> {
-        let params = self.queue_and_lease();
-        self.bounded("claim", None, async {
-            D::Db::fetch_wait_ms(self.cx.target.runner(), &self.shared_sql.next_due, &params)
-                .await
-                .map_err(|e| self.cx.err("claim", e))
-        })
-        .await
-    }
-
-    /// Sleeps until the next delayed message is due, capped by the notify timeout while push
-    /// wake-ups are live, else by the poll interval; any wake-up (a NOTIFY, a send in this
-    /// process) or `cancel` ends it early.
-    async fn idle_wait(&self, seen: u64, cancel: &CancellationToken) -> Result<WaitOutcome> {
-        let mut ticket = D::CLAIMS_ON_INSERT.then(|| self.hand_off.wait_here());
-        let outcome = self.wait_idle(seen, cancel, &mut ticket).await;
-        // Leaving the desk: what a send handed over as the wait ended is taken all the same
-        // (a claim's rows, even past a failure or a cancel), never dropped with the ticket.
-        match ticket.and_then(Ticket::leave) {
-            Some(rows) => Ok(WaitOutcome::Claimed(rows)),
-            None => outcome,
-        }
-    }
-
-    async fn wait_idle(
-        &self,
-        seen: u64,
-        cancel: &CancellationToken,
-        ticket: &mut Option<Ticket<Vec<StoredMessage>>>,
-    ) -> Result<WaitOutcome> {
-        let push = D::FACTS.push_wakeup && self.cx.config.use_notify && D::push_ready(&self.cx);
-        let cap = if push {
-            self.cx.config.notify_timeout
-        } else {
-            self.cx.config.poll_interval
-        };
-        if D::FACTS.shared_poll && !push && cap > MIN_IDLE_WAIT {
-            return Ok(self.wait_for_shared_poll(seen, cancel, ticket).await);
-        }
-        let timeout = if cap <= MIN_IDLE_WAIT {
-            cap
-        } else {
-            // A failed peek just means "nothing scheduled": the cap still bounds the wait. The
-            // peek ends with the wait's cancel: an abort or a close() must not leave a native
-            // call running on a silent server after it (up to the statement bound), which
-            // kept a process that had closed everything from exiting cleanly.
-            let peek = tokio::select! {
-                peek = self.next_due_in_ms() => peek,
-                _ = cancel.cancelled() => return Ok(WaitOutcome::Cancelled),
-            };
-            match peek {
-                Ok(Some(ms)) => crate::support::durations::millis(ms)
-                    .min(cap)
-                    .max(MIN_IDLE_WAIT),
-                _ => cap,
-            }
-        };
-        Ok(self.wait_on_signal(seen, timeout, cancel, ticket).await)
-    }
-
-    /// Waits on the queue's signal as [`WakeSignal::wait`] does, and ends with the messages a
-    /// send of this process hands over at `ticket` meanwhile (see `crate::queue::hand_off`).
-    async fn wait_on_signal(
-        &self,
-        seen: u64,
-        timeout: Duration,
-        cancel: &CancellationToken,
-        ticket: &mut Option<Ticket<Vec<StoredMessage>>>,
-    ) -> WaitOutcome {
-        if let Some(at_desk) = ticket.as_mut() {
-            tokio::select! {
-                biased;
-                handed = at_desk.handed() => match handed {
-                    Some(rows) => return WaitOutcome::Claimed(rows),
-                    // The sender stored nothing claimed: its ordinary insert wakes the queue.
-                    None => *ticket = None,
-                },
-                end = self.wake.wait(seen, timeout, cancel) => return end.into(),
-            }
-        }
-        self.wake.wait(seen, timeout, cancel).await.into()
-    }
-
-    /// Waits for a wake-up: a send, release or reject in this process, or the table's shared
-    /// poll (rows stored by other processes, delayed rows coming due, lapsed claims). The
-    /// consumer runs no statement of its own while that poll answers; when it stops answering
-    /// (a failed poll also wakes every consumer at once) the wait ends at its cap, and the
-    /// consumer claims as it would after any wake-up.
-    async fn wait_for_shared_poll(
-        &self,
-        seen: u64,
-        cancel: &CancellationToken,
-        ticket: &mut Option<Ticket<Vec<StoredMessage>>>,
-    ) -> WaitOutcome {
-        let interval = self.cx.config.poll_interval;
-        let watch = table_poller::watch(
-            &self.cx.target,
-            &self.cx.config.table,
-            IdleQueue {
-                queue: self.cx.config.queue.clone(),
-                interval,
-                lease: self.claim_lease(),
-            },
-        );
-        let cap = (interval * 10)
-            .clamp(MIN_SHARED_POLL_CAP, MAX_SHARED_POLL_CAP)
-            .max(interval * 2);
-        loop {
-            match self.wait_on_signal(seen, cap, cancel, ticket).await {
-                WaitOutcome::TimedOut if watch.fresh(cap) => continue,
-                outcome => return outcome,
-            }
-        }
-    }
-
-    /// A row this queue stored becomes due in `delay_ms`: the table's poll wakes the queue's
-    /// idle consumers then (a due row is woken for by the send itself).
-    fn expect_due(&self, delay_ms: f64) {
-        let notified = D::FACTS.push_wakeup && self.cx.config.use_notify;
-        if D::FACTS.shared_poll && !notified && delay_ms > 0.0 && delay_ms.is_finite() {
-            let at = Instant::now() + crate::support::durations::millis(delay_ms);
-            self.cx
-                .target
-                .pollers
-                .expect(&self.cx.config.table, &self.cx.config.queue, at);
-        }
-    }
 }
-
-/// The most messages, and bytes of them, a send hands straight to an idle consumer: an idle
-/// consumer's wake-up is a send of one; a batch means the queue is busy.
-const MAX_HANDED_MESSAGES: usize = 1;
-const MAX_HANDED_BYTES: usize = 64 * 1024;
 
 /// How long `close()` tries to release the rows of claims whose reply was lost.
 const SHUTDOWN_RELEASE_BOUND: Duration = Duration::from_secs(2);
-
-/// Shortest idle wait: due rows that SKIP LOCKED skipped are re-tried this soon.
-const MIN_IDLE_WAIT: Duration = Duration::from_millis(10);
-
-/// Bounds of an idle wait on a shared poll (ten intervals within these): past it, a consumer
-/// whose table's poll has not answered for as long claims on its own.
-const MIN_SHARED_POLL_CAP: Duration = Duration::from_secs(1);
-const MAX_SHARED_POLL_CAP: Duration = Duration::from_secs(30);
 
 impl<D: SqlDialect> Engine for TableQueue<D> {
     fn wake_signal(&self) -> Arc<WakeSignal> {
