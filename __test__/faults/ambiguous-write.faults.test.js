@@ -15,7 +15,7 @@ const { TransportConnectionError, TransportMessageIdStamp } = require('@schally/
 const { serverBehindProxy } = require('./support/behind-proxy');
 const { uniqueQueue, residue } = require('./support/engines');
 const { faultEnvelope } = require('./support/messages');
-const { settleWithin, sleep } = require('./support/account');
+const { settleWithin, sleep, consumeAndAck } = require('./support/account');
 
 const LEASE_MS = 2000;
 /** The claim test's lease: far longer than the bound below, so rows back "at the lease" fail it. */
@@ -54,23 +54,6 @@ const HANDED_INSERT = 'available_at, delivered_at) SELECT';
 async function lastDelivery(keys, delivered, deadline) {
   while (Date.now() < deadline && keys.some((key) => !delivered.some((d) => d.key === key))) await sleep(50);
   return Math.max(...keys.map((key) => delivered.find((d) => d.key === key)?.at ?? Infinity));
-}
-
-/**
- * A get() loop on `consumer` acking each message: when each key came (`delivered`), what the
- * loop threw (`errors`), its `controller` (abort ends it) and the `loop` itself.
- */
-function consumeAndAck(consumer) {
-  const delivered = [];
-  const errors = [];
-  const controller = new AbortController();
-  const loop = (async () => {
-    for await (const envelope of consumer.get(controller.signal)) {
-      delivered.push({ key: envelope.message.key, at: Date.now() });
-      await consumer.ack(envelope);
-    }
-  })().catch((error) => errors.push(error));
-  return { delivered, errors, controller, loop };
 }
 
 /** The lost claim's messages came back in time, each once, and the consumer saw no error. */

@@ -35,6 +35,23 @@ async function settleWithin(promise, ms) {
   }
 }
 
+/**
+ * A get() loop on `consumer` acking each message: when each key came (`delivered`), what the
+ * loop threw (`errors`), its `controller` (abort ends it) and the `loop` itself.
+ */
+function consumeAndAck(consumer) {
+  const delivered = [];
+  const errors = [];
+  const controller = new AbortController();
+  const loop = (async () => {
+    for await (const envelope of consumer.get(controller.signal)) {
+      delivered.push({ key: envelope.message.key, at: Date.now() });
+      await consumer.ack(envelope);
+    }
+  })().catch((error) => errors.push(error));
+  return { delivered, errors, controller, loop };
+}
+
 function classOf(error) {
   return error?.constructor?.name ?? typeof error;
 }
@@ -456,4 +473,4 @@ function summary(label, a) {
   return `[${label}] ${parts.join(', ')}`;
 }
 
-module.exports = { LoadRun, violations, summary, settleWithin, sleep, classOf };
+module.exports = { LoadRun, violations, summary, settleWithin, sleep, classOf, consumeAndAck };

@@ -8,7 +8,10 @@
 //!
 //! The task exists only while some consumer of the table idles; a failed poll wakes every
 //! registered consumer, so that each meets the failure in its own claim and rides it out as
-//! usual instead of waiting on a poll that cannot answer.
+//! usual instead of waiting on a poll that cannot answer. So does a poll that has not
+//! answered within [`stale_after`] the interval: the task wakes them once per that window
+//! while it waits, so an idle consumer keeps no timer of its own (with hundreds of idle
+//! queues, their timers were most of a process's idle CPU).
 //!
 //! Owns the plan (who idles on which table, when each queue is due) and the poll task. It
 //! knows its connection target only as a [`PollTarget`] (which `super::target` implements),
@@ -27,6 +30,20 @@ use tokio_util::sync::CancellationToken;
 /// Added to every due time: the stored times have millisecond precision (and MySQL's may be
 /// rounded up), so a wake-up at the exact instant could come a fraction early and find nothing.
 const DUE_MARGIN: Duration = Duration::from_millis(2);
+
+/// How long a table's consumers trust its poll without an answer: ten intervals, within
+/// [`MIN_STALE_AFTER`] and [`MAX_STALE_AFTER`], and never less than two. Past it, they claim
+/// on their own until the poll answers again.
+pub fn stale_after(interval: Duration) -> Duration {
+    (interval * 10)
+        .clamp(MIN_STALE_AFTER, MAX_STALE_AFTER)
+        .max(interval * 2)
+}
+
+const MIN_STALE_AFTER: Duration = Duration::from_secs(1);
+/// Also how long an idle consumer waits without a wake-up before it checks that the poll
+/// still answers: the poll task's own wake-ups cannot reach it once the task is gone.
+pub const MAX_STALE_AFTER: Duration = Duration::from_secs(30);
 
 /// What one idle consumer asked for: its queue, its poll interval and its claims' lease.
 #[derive(Debug, Clone)]
@@ -310,7 +327,8 @@ impl TablePoller {
 /// The poll task of one table: polls every interval (the shortest any registered consumer
 /// asked for) while consumers idle, and wakes queues as their rows come due in between.
 async fn run<T: PollTarget>(target: Weak<T>, poller: Arc<TablePoller>, stop: CancellationToken) {
-    let mut next_poll = Instant::now();
+    let started = Instant::now();
+    let mut next_poll = started;
     loop {
         let (interval, next_due) = {
             let mut state = poller.lock();
@@ -331,7 +349,7 @@ async fn run<T: PollTarget>(target: Weak<T>, poller: Arc<TablePoller>, stop: Can
                 poller.lock().running = false;
                 return;
             };
-            poll_once(target.as_ref(), &poller).await;
+            poll_once(target.as_ref(), &poller, started, stale_after(interval)).await;
             next_poll = Instant::now() + interval;
             continue;
         }
@@ -356,22 +374,42 @@ async fn run<T: PollTarget>(target: Weak<T>, poller: Arc<TablePoller>, stop: Can
 }
 
 /// One statement for every registered queue; on failure every registered consumer is woken
-/// to claim (and meet the failure itself).
-async fn poll_once<T: PollTarget>(target: &T, poller: &TablePoller) {
-    let plan = {
+/// to claim (and meet the failure itself). While it has no answer for `stale` past the last
+/// one (or the task's start), every registered consumer is woken once per `stale`, to claim on
+/// its own meanwhile.
+async fn poll_once<T: PollTarget>(
+    target: &T,
+    poller: &TablePoller,
+    started: Instant,
+    stale: Duration,
+) {
+    let (plan, mut trusted_since) = {
         let mut state = poller.lock();
         let plan = state.plan();
         if plan.leases.is_empty() {
             return;
         }
-        plan
+        (
+            plan,
+            state.answered_at.map_or(started, |at| at.max(started)),
+        )
     };
     poller.polls.fetch_add(1, Ordering::Relaxed);
-    let answer = tokio::time::timeout(
+    let fetch = tokio::time::timeout(
         target.poll_bound(),
         target.fetch_due(&poller.table, &plan.names),
-    )
-    .await;
+    );
+    tokio::pin!(fetch);
+    let answer = loop {
+        tokio::select! {
+            answer = &mut fetch => break answer,
+            _ = tokio::time::sleep_until((trusted_since + stale).into()) => {
+                let queues = poller.lock().queue_names();
+                poller.wake(target.board(), &queues);
+                trusted_since = Instant::now();
+            }
+        }
+    };
     let wake_now = {
         let mut state = poller.lock();
         match answer {

@@ -15,15 +15,14 @@ impl<D: SqlDialect> TableQueue<D> {
     /// it (see `crate::queue::hand_off`), where the dialect can and a consumer waits: their
     /// ids, or `None` when they were not stored so and go the ordinary way.
     pub(super) async fn hand_off(&self, messages: &[NewMessage]) -> Result<Option<Vec<String>>> {
+        if !D::CLAIMS_ON_INSERT || messages.len() > MAX_HANDED_MESSAGES {
+            return Ok(None);
+        }
         let bytes: usize = messages
             .iter()
             .map(|m| m.body.len() + m.headers.len())
             .sum();
-        if !D::CLAIMS_ON_INSERT
-            || messages.len() > MAX_HANDED_MESSAGES
-            || bytes > MAX_HANDED_BYTES
-            || messages.iter().any(|m| m.delay_ms > 0.0)
-        {
+        if bytes > MAX_HANDED_BYTES || messages.iter().any(|m| m.delay_ms > 0.0) {
             return Ok(None);
         }
         let Some(taker) = self.hand_off.take() else {

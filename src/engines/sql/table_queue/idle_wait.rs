@@ -103,9 +103,9 @@ impl<D: SqlDialect> TableQueue<D> {
 
     /// Waits for a wake-up: a send, release or reject in this process, or the table's shared
     /// poll (rows stored by other processes, delayed rows coming due, lapsed claims). The
-    /// consumer runs no statement of its own while that poll answers; when it stops answering
-    /// (a failed poll also wakes every consumer at once) the wait ends at its cap, and the
-    /// consumer claims as it would after any wake-up.
+    /// consumer runs no statement of its own, and keeps no timer, while that poll answers;
+    /// when the poll fails or stops answering, its task wakes every consumer, and each claims
+    /// as it would after any wake-up.
     async fn wait_for_shared_poll(
         &self,
         seen: u64,
@@ -122,12 +122,15 @@ impl<D: SqlDialect> TableQueue<D> {
                 lease: self.claim_lease(),
             },
         );
-        let cap = (interval * 10)
-            .clamp(MIN_SHARED_POLL_CAP, MAX_SHARED_POLL_CAP)
-            .max(interval * 2);
+        // The poll task wakes this wait when its poll goes stale; the cap only covers a task
+        // that stopped answering altogether.
+        let stale = table_poller::stale_after(interval);
         loop {
-            match self.wait_on_signal(seen, cap, cancel, ticket).await {
-                WaitOutcome::TimedOut if watch.fresh(cap) => continue,
+            match self
+                .wait_on_signal(seen, table_poller::MAX_STALE_AFTER, cancel, ticket)
+                .await
+            {
+                WaitOutcome::TimedOut if watch.fresh(stale) => continue,
                 outcome => return outcome,
             }
         }
@@ -149,8 +152,3 @@ impl<D: SqlDialect> TableQueue<D> {
 
 /// Shortest idle wait: due rows that SKIP LOCKED skipped are re-tried this soon.
 const MIN_IDLE_WAIT: Duration = Duration::from_millis(10);
-
-/// Bounds of an idle wait on a shared poll (ten intervals within these): past it, a consumer
-/// whose table's poll has not answered for as long claims on its own.
-const MIN_SHARED_POLL_CAP: Duration = Duration::from_secs(1);
-const MAX_SHARED_POLL_CAP: Duration = Duration::from_secs(30);
