@@ -44,8 +44,8 @@ const CLAIM_WRITE = {
   redis: 'XREADGROUP',
 };
 
-/** The statement of a MySQL send stored claimed for an idle consumer (its INSERT sets delivered_at), prepared on first use. */
-const HANDED_INSERT = 'available_at, delivered_at) SELECT';
+/** The statement of a send stored claimed for an idle consumer (its INSERT sets delivered_at), prepared on first use. */
+const HANDED_INSERT = { mariadb: 'available_at, delivered_at) SELECT', postgres: 'available_at, delivered_at) VALUES' };
 
 /**
  * Waits until every key was delivered or the deadline passed, and says when the last of them
@@ -140,11 +140,11 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
     expect(await residue(engine, { dsn: f.server.dsn, queue })).toEqual([]);
   }, 60_000);
 
-  // A MySQL/MariaDB send that finds a consumer of its queue idle in its process (same DSN)
-  // stores its message claimed for it, in one INSERT stamped with a residue of its choosing
+  // A SQL send that finds a consumer of its queue idle in its process (same DSN) stores its
+  // message claimed for it, in one INSERT stamped with a residue of its choosing
   // (docs/semantics.md, "Hand-off"). Its reply lost: the send says it may have been stored,
   // and the row, found by that residue, is released by the sender at once, not at the lease.
-  if (engine === 'mariadb') {
+  if (engine === 'mariadb' || engine === 'postgres') {
     it(`a send handed to an idle consumer whose reply is lost: rejected "may have been stored", delivered within ${CLAIM_BACK_MS[engine]} ms`, async () => {
       const queue = uniqueQueue(engine, 'ambiguous');
       const dsn = f.viaProxy();
@@ -154,7 +154,7 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
       const { delivered, errors, controller, loop } = consumeAndAck(consumer);
       await sleep(1000);
 
-      const handed = f.proxy.count(HANDED_INSERT);
+      const handed = f.proxy.count(HANDED_INSERT[engine]);
       const cut = f.proxy.cutAfter((chunk) => chunk.includes('"h:1"'));
       const sentAt = Date.now();
       const outcome = await settleWithin(producer.send(faultEnvelope('h:1', 1)), 20_000);

@@ -9,8 +9,9 @@
 
 const { mysql } = require('../support/engines');
 const { sqlTable } = require('../support/sql-table');
+const { leaveAsHandedOver } = require('../support/hand-off');
 const { startProxy, viaProxy } = require('../faults/support/proxy');
-const { serializer, envelopeOf, idOf, receiveOne, receiveWithin, pollUntil } = require('../support/transport-helpers');
+const { serializer, envelopeOf, idOf, receiveOne, pollUntil } = require('../support/transport-helpers');
 
 const { TABLE, db, track, queue } = sqlTable(mysql, { dsn: mysql.dsn, prefix: 'nmn_ho' });
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -101,37 +102,7 @@ it('rejects a handed message under its claim: the copy is delivered again', asyn
 
 it('loses nothing when the consumer stops waiting as its message is handed over: claimable again at once', async () => {
   const name = queue('leaving');
-  const producer = transport(name);
-  const sent = [];
-  const received = [];
-  // Each round ends a consumer's wait (its get() aborted) just as a send takes it at the desk:
-  // the INSERT takes milliseconds, so the rows come back to the sender, which releases them.
-  for (let round = 0; round < 12; round += 1) {
-    const consumer = transport(name);
-    const controller = new AbortController();
-    const loop = (async () => {
-      const got = [];
-      for await (const envelope of consumer.get(controller.signal)) got.push(envelope);
-      return got;
-    })();
-    await sleep(200);
-    const sending = producer.send(envelopeOf(`leaving-${round}`));
-    setImmediate(() => controller.abort());
-    sent.push(idOf(await sending));
-    for (const envelope of await loop) {
-      received.push(idOf(envelope));
-      await consumer.ack(envelope);
-    }
-    await consumer.close();
-  }
-  // What no consumer took is claimable now (the lease is an hour): another consumer gets it.
-  const late = transport(name);
-  for (;;) {
-    const got = await receiveWithin(late, 1000);
-    if (got === undefined) break;
-    received.push(idOf(got));
-    await late.ack(got);
-  }
+  const { sent, received } = await leaveAsHandedOver(() => transport(name), transport(name));
   expect([...received].sort()).toEqual([...sent].sort());
   await pollUntil(async () => (await db.count(TABLE, name)) === 0);
   expect(await db.count(TABLE, name)).toBe(0);

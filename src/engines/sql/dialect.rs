@@ -63,14 +63,14 @@ pub trait SqlDialect: Connector {
         messages: Vec<NewMessage>,
     ) -> BoxFuture<'_, Result<Vec<String>>>;
 
-    /// Stores due `messages` already claimed, for an idle consumer of this process that takes
-    /// them: the claim commits with the send, in one statement. What identifies the rows is
-    /// kept in `attempt` ([`SqlDialect::release_in_doubt`] releases them should the reply be
-    /// lost). One attempt, never repeated: [`ClaimedInsert::NotStored`] leaves the messages
-    /// to an ordinary insert.
+    /// Stores a due `message` already claimed, for an idle consumer of this process that takes
+    /// it: the claim commits with the send, in one statement. What identifies the row is kept
+    /// in `attempt` ([`SqlDialect::release_in_doubt`] releases it should the reply be lost).
+    /// One attempt, never repeated: [`ClaimedInsert::NotStored`] leaves the message to an
+    /// ordinary insert.
     fn insert_claimed<'a>(
         _queue: &'a QueueContext<Self>,
-        _messages: &'a [NewMessage],
+        _message: &'a NewMessage,
         _attempt: &'a mut ClaimAttempt,
     ) -> BoxFuture<'a, ClaimedInsert> {
         Box::pin(async { ClaimedInsert::NotStored })

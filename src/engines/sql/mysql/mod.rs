@@ -210,16 +210,12 @@ impl SqlDialect for MySql {
         })
     }
 
-    /// One message at a time (as the table queue hands them).
     fn insert_claimed<'a>(
         queue: &'a QueueContext<Self>,
-        messages: &'a [NewMessage],
+        message: &'a NewMessage,
         attempt: &'a mut ClaimAttempt,
     ) -> BoxFuture<'a, ClaimedInsert> {
-        match messages {
-            [message] => Box::pin(claimed_insert::insert_claimed(queue, message, attempt)),
-            _ => Box::pin(async { ClaimedInsert::NotStored }),
-        }
+        Box::pin(claimed_insert::insert_claimed(queue, message, attempt))
     }
 
     /// A claim's rows as it noted them; a claimed insert whose INSERT's result never came,

@@ -4,6 +4,7 @@
 //! `listenDsn` when one is given). A DSN through PgBouncer in transaction mode says so
 //! (`pgbouncer=true`): see `pooler`.
 
+mod claimed_insert;
 mod errors;
 mod listener;
 mod pooler;
@@ -13,10 +14,10 @@ mod tls_modes;
 
 use crate::engines::sql::claim_doubt::ClaimAttempt;
 use crate::engines::sql::connector::{Connector, DialectFacts, OpenedTarget, TableStatements};
-use crate::engines::sql::dialect::{renew_returning, SqlDialect};
+use crate::engines::sql::dialect::{renew_returning, ClaimedInsert, SqlDialect};
 use crate::engines::sql::driver::{rows_on, Driver, SqlResult};
 use crate::engines::sql::errors::Failure;
-use crate::engines::sql::ids::HeldRow;
+use crate::engines::sql::ids::{held_condition, HeldRow};
 use crate::engines::sql::queue_context::QueueContext;
 use crate::engines::sql::retry::with_rollback_retry;
 use crate::engines::sql::target::{
@@ -164,6 +165,8 @@ impl Connector for Postgres {
 }
 
 impl SqlDialect for Postgres {
+    const CLAIMS_ON_INSERT: bool = true;
+
     fn targets() -> &'static Targets<SqlTarget<Self>> {
         &TARGETS
     }
@@ -240,6 +243,14 @@ impl SqlDialect for Postgres {
         })
     }
 
+    fn insert_claimed<'a>(
+        queue: &'a QueueContext<Self>,
+        message: &'a NewMessage,
+        attempt: &'a mut ClaimAttempt,
+    ) -> BoxFuture<'a, ClaimedInsert> {
+        Box::pin(claimed_insert::insert_claimed(queue, message, attempt))
+    }
+
     fn claim<'a>(
         queue: &'a QueueContext<Self>,
         limit: u32,
@@ -266,10 +277,14 @@ impl SqlDialect for Postgres {
     /// The claim's reply is all there is: its rows are those of the queue stamped with the
     /// attempt's residue within the time it can have run in, but for this process's own
     /// claims since (see `claim_doubt`).
+    /// Rows handed back by a hand-off that found its consumer gone are known: by id and token.
     fn release_in_doubt<'a>(
         queue: &'a QueueContext<Self>,
         attempt: &'a ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<()>> {
+        if !attempt.held().is_empty() {
+            return Self::release(queue, held_condition(attempt.held(), Self::TOKEN_OF));
+        }
         Box::pin(async move {
             let release = sqlx::query::<sqlx::Postgres>(&queue.sql.release_stamped)
                 .bind(&queue.config.table)

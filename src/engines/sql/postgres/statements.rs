@@ -35,6 +35,9 @@ pub struct PgStatements {
     /// in claim order; the claim's stamp is the first millisecond ≥ `now()` whose residue
     /// modulo the span is the nonce (see `claim_doubt`).
     pub claim: String,
+    /// `(queue, body, headers, nonce, span ms)` → `(id, token)`: one due message stored claimed,
+    /// stamped as a claim with that nonce stamps (see `claimed_insert`).
+    pub claimed_insert: String,
     /// `(channel, queue, nonce, window seconds, span ms, spared tokens[])`: releases the rows a
     /// claim with that nonce can have stamped in the last `window` seconds, but for the claims
     /// whose tokens are spared.
@@ -180,6 +183,11 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
                UPDATE {t} AS m SET delivered_at = {claim_stamp} FROM due WHERE m.id = due.id \
                RETURNING m.id, m.body, m.headers, m.available_at, {TOKEN_OF} AS token \
              ) SELECT claimed.id::text AS id, body, headers, token FROM claimed, relaxed ORDER BY claimed.available_at, claimed.id"
+        ),
+        // No NOTIFY: the row is claimed, so no consumer anywhere could take it.
+        claimed_insert: format!(
+            "INSERT INTO {t} (queue_name, body, headers, available_at, delivered_at) \
+             VALUES ($1, $2, $3, now(), {claim_stamp}) RETURNING id::text AS id, {TOKEN_OF} AS token"
         ),
         redeliver: format!(
             "WITH original AS ( \

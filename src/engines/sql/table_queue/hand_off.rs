@@ -11,25 +11,25 @@ use crate::queue::engine::{Engine, NewMessage};
 use crate::support::error::Result;
 
 impl<D: SqlDialect> TableQueue<D> {
-    /// Stores due `messages` claimed for an idle consumer of this process and hands them to
-    /// it (see `crate::queue::hand_off`), where the dialect can and a consumer waits: their
-    /// ids, or `None` when they were not stored so and go the ordinary way.
+    /// Stores a send of one due message claimed for an idle consumer of this process and hands
+    /// it over (see `crate::queue::hand_off`), where the dialect can and a consumer waits: its
+    /// id, or `None` when it was not stored so and goes the ordinary way.
     pub(super) async fn hand_off(&self, messages: &[NewMessage]) -> Result<Option<Vec<String>>> {
-        if !D::CLAIMS_ON_INSERT || messages.len() > MAX_HANDED_MESSAGES {
+        // An idle consumer's wake-up is a send of one; a batch means the queue is busy.
+        let [message] = messages else {
             return Ok(None);
-        }
-        let bytes: usize = messages
-            .iter()
-            .map(|m| m.body.len() + m.headers.len())
-            .sum();
-        if bytes > MAX_HANDED_BYTES || messages.iter().any(|m| m.delay_ms > 0.0) {
+        };
+        if !D::CLAIMS_ON_INSERT
+            || message.body.len() + message.headers.len() > MAX_HANDED_BYTES
+            || message.delay_ms > 0.0
+        {
             return Ok(None);
         }
         let Some(taker) = self.hand_off.take() else {
             return Ok(None);
         };
         let mut attempt = ClaimAttempt::new(stamp_span_ms(self.claim_lease()));
-        match D::insert_claimed(&self.cx, messages, &mut attempt).await {
+        match D::insert_claimed(&self.cx, message, &mut attempt).await {
             ClaimedInsert::Stored(rows) => {
                 let ids = rows.iter().map(|r| r.id.clone()).collect();
                 let token = rows.first().and_then(|r| r.token);
@@ -63,7 +63,5 @@ impl<D: SqlDialect> TableQueue<D> {
     }
 }
 
-/// The most messages, and bytes of them, a send hands straight to an idle consumer: an idle
-/// consumer's wake-up is a send of one; a batch means the queue is busy.
-const MAX_HANDED_MESSAGES: usize = 1;
+/// The largest message a send hands straight to an idle consumer.
 const MAX_HANDED_BYTES: usize = 64 * 1024;
