@@ -84,17 +84,27 @@ pub trait SqlDialect: Connector {
         attempt: &'a mut ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>>;
 
-    /// Releases the rows a claim whose reply was lost may have taken: by default those it
-    /// noted ([`ClaimAttempt::hold`]) while their claim is still its.
+    /// Releases the rows a claim (or claimed insert) whose reply was lost may have taken:
+    /// those it noted ([`ClaimAttempt::hold`]) while their claim is still its; for an attempt
+    /// that noted none, those [`SqlDialect::release_by_stamp`] finds.
     fn release_in_doubt<'a>(
         queue: &'a QueueContext<Self>,
         attempt: &'a ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<()>> {
         let rows = attempt.held();
         if rows.is_empty() {
-            return Box::pin(async { Ok(()) });
+            return Self::release_by_stamp(queue, attempt);
         }
         Self::release(queue, held_condition(rows, Self::TOKEN_OF))
+    }
+
+    /// Releases the rows an attempt that noted none may have taken, found by the stamp its
+    /// statement chose; by default there is no stamp, and nothing to find.
+    fn release_by_stamp<'a>(
+        _queue: &'a QueueContext<Self>,
+        _attempt: &'a ClaimAttempt,
+    ) -> BoxFuture<'a, SqlResult<()>> {
+        Box::pin(async { Ok(()) })
     }
 
     /// Atomically replaces row `id` by `copy`; `None` if it was gone, or if `token` is given

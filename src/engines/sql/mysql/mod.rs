@@ -218,15 +218,12 @@ impl SqlDialect for MySql {
         Box::pin(claimed_insert::insert_claimed(queue, message, attempt))
     }
 
-    /// A claim's rows as it noted them; a claimed insert whose INSERT's result never came,
-    /// by the residue it stamped (see `claimed_insert`).
-    fn release_in_doubt<'a>(
+    /// A claimed insert whose INSERT's result never came, by the residue it stamped (see
+    /// `claimed_insert`); a claim notes its rows, and stamps nothing.
+    fn release_by_stamp<'a>(
         queue: &'a QueueContext<Self>,
         attempt: &'a ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<()>> {
-        if !attempt.held().is_empty() {
-            return Self::release(queue, held_condition(attempt.held(), Self::TOKEN_OF));
-        }
         if !attempt.stamped() {
             return Box::pin(async { Ok(()) });
         }

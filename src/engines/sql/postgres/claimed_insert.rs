@@ -2,7 +2,7 @@
 //! `crate::queue::hand_off`): one INSERT that also stamps `delivered_at` as a claim does (the
 //! first millisecond at or after `now()` whose residue modulo the attempt's span is its
 //! nonce), so the consumer's wake-up costs no claim of its own. Should the reply be lost, the
-//! row is released by that residue, as a lost claim's rows are (`release_in_doubt`).
+//! row is released by that residue, as a lost claim's rows are (`release_by_stamp`).
 
 use super::{pooled, Postgres};
 use crate::engines::sql::claim_doubt::ClaimAttempt;

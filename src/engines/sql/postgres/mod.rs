@@ -17,7 +17,7 @@ use crate::engines::sql::connector::{Connector, DialectFacts, OpenedTarget, Tabl
 use crate::engines::sql::dialect::{renew_returning, ClaimedInsert, SqlDialect};
 use crate::engines::sql::driver::{rows_on, Driver, SqlResult};
 use crate::engines::sql::errors::Failure;
-use crate::engines::sql::ids::{held_condition, HeldRow};
+use crate::engines::sql::ids::HeldRow;
 use crate::engines::sql::queue_context::QueueContext;
 use crate::engines::sql::retry::with_rollback_retry;
 use crate::engines::sql::target::{
@@ -276,15 +276,11 @@ impl SqlDialect for Postgres {
 
     /// The claim's reply is all there is: its rows are those of the queue stamped with the
     /// attempt's residue within the time it can have run in, but for this process's own
-    /// claims since (see `claim_doubt`).
-    /// Rows handed back by a hand-off that found its consumer gone are known: by id and token.
-    fn release_in_doubt<'a>(
+    /// claims since (see `claim_doubt`); a claimed insert's rows likewise.
+    fn release_by_stamp<'a>(
         queue: &'a QueueContext<Self>,
         attempt: &'a ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<()>> {
-        if !attempt.held().is_empty() {
-            return Self::release(queue, held_condition(attempt.held(), Self::TOKEN_OF));
-        }
         Box::pin(async move {
             let release = sqlx::query::<sqlx::Postgres>(&queue.sql.release_stamped)
                 .bind(&queue.config.table)
