@@ -79,7 +79,9 @@ class NativeTransport {
       throw withCode(new TransportError(`Cannot send on a ${this.#label} transport that is closing or closed.`), 'E_CLOSED');
     }
     const id = await this.#queueSend(envelope);
-    return envelope.with(new TransportMessageIdStamp(id));
+    // No id: a Redis send repeated after a lost reply found its batch stored, and its entries
+    // already read and deleted (docs/semantics.md, "Sends").
+    return id === '' ? envelope : envelope.with(new TransportMessageIdStamp(id));
   }
 
   /**

@@ -349,14 +349,6 @@ impl Link {
                 break;
             };
             match lane.wire.read_reply(&conn.received, flight.seqs.len()) {
-                // The script was not loaded: that batch did not run, and those behind it
-                // may not have either. The connection is given up, and `fail` sends them all
-                // again on the runtime, as the same batches and in order (one that was
-                // stored is stored once), so none of them overtakes another.
-                Ok(Some((Outcome::NotRun, _))) => {
-                    ended = true;
-                    break;
-                }
                 Ok(Some((outcome, used))) => {
                     conn.received.drain(..used);
                     if let Some(flight) = conn.flights.pop_front() {
@@ -386,7 +378,6 @@ impl Link {
             match outcome {
                 Outcome::Stored(ids) => lane.settle(flight.seqs, Ok(ids)),
                 Outcome::Failed(err) => lane.settle(flight.seqs, Err(err)),
-                Outcome::NotRun => {}
             }
             if !answered_lanes.contains(&flight.lane) {
                 answered_lanes.push(flight.lane);
@@ -394,7 +385,7 @@ impl Link {
             self.touch(flight.lane);
         }
         if ended {
-            // Bytes the server sent for no batch, the connection's end, or a batch not run.
+            // Bytes the server sent for no batch, or the connection's end.
             self.fail();
         } else {
             // The sends that piled up behind each reply go as their lane's next batch.

@@ -149,8 +149,6 @@ impl From<WaitEnd> for WaitOutcome {
 /// How a batch's reply came out.
 pub enum Outcome {
     Stored(Vec<String>),
-    /// Refused before it ran (the script was not loaded): send it again elsewhere.
-    NotRun,
     Failed(Error),
 }
 

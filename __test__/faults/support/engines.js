@@ -6,6 +6,7 @@
 // SQL, claimIdleMs on Redis).
 
 const crypto = require('node:crypto');
+const { TransportMessageIdStamp } = require('@schally/nestjs-messenger');
 const { SqlTransport, RedisStreamsTransport } = require('../../..');
 const { faultSerializer } = require('./messages');
 
@@ -55,16 +56,23 @@ function makeTransport(engine, options) {
   return engine === 'redis' ? new RedisStreamsTransport(o) : new SqlTransport(o);
 }
 
-/** Keys of what is still stored in the queue (claimed/pending rows and entries included). */
-async function residue(engine, options) {
+/** What is still stored in the queue (claimed/pending rows and entries included): `[{ key, id }]`. */
+async function stored(engine, options) {
   const inspector = makeTransport(engine, options);
   try {
-    const keys = [];
-    for await (const envelope of inspector.list(1000)) keys.push(envelope.message?.key);
-    return keys;
+    const entries = [];
+    for await (const envelope of inspector.list(1000)) {
+      entries.push({ key: envelope.message?.key, id: envelope.last(TransportMessageIdStamp)?.id });
+    }
+    return entries;
   } finally {
     await Promise.race([inspector.close().catch(() => {}), new Promise((resolve) => setTimeout(resolve, 5000).unref())]);
   }
 }
 
-module.exports = { uniqueQueue, transportOptions, makeTransport, residue };
+/** Keys of what is still stored in the queue, in order. */
+async function residue(engine, options) {
+  return (await stored(engine, options)).map((entry) => entry.key);
+}
+
+module.exports = { uniqueQueue, transportOptions, makeTransport, stored, residue };

@@ -1,11 +1,11 @@
 //! A single node's sends on the JavaScript thread (see `crate::direct::sends`): a plain TCP
-//! connection of their own, readied here (AUTH, SELECT, the insert script loaded), and the
-//! same insert script call the command connection makes, with the same marker, so a batch
-//! whose reply was lost is stored once when the runtime sends it again.
+//! connection of their own, readied here (AUTH, SELECT), and a batch's first attempt as one
+//! transaction that marks the batch stored (`writes::transaction_request`), so a batch whose
+//! reply was lost is stored once when the runtime sends it again.
 
 use super::resp::{self, Reply};
 use super::stream_queue::RedisQueue;
-use super::writes::SendBatch;
+use super::writes::{self, SendBatch, TransactionError};
 use crate::queue::engine::NewMessage;
 use crate::queue::engine::{ConnectionHold, DirectWire, Outcome, Resend};
 use crate::support::error::{Cause, Error, Result};
@@ -69,7 +69,8 @@ impl RedisWire {
         socket.set_tcp_user_timeout(Some(crate::support::tcp_keepalive::USER_TIMEOUT))?;
         let mut request = Vec::new();
         for (command, _) in &greeting {
-            request.extend(pack(command));
+            let args: Vec<&[u8]> = command.iter().map(Vec::as_slice).collect();
+            resp::push_command(&mut request, &args);
         }
         stream.write_all(&request).await?;
         let mut buf = Vec::new();
@@ -95,18 +96,6 @@ impl RedisWire {
         }
         stream.into_std()
     }
-}
-
-/// A command in RESP2, as the server reads it.
-fn pack(args: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(16 + args.iter().map(|a| a.len() + 16).sum::<usize>());
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
 }
 
 impl DirectWire for RedisWire {
@@ -152,14 +141,6 @@ impl DirectWire for RedisWire {
             ],
             true,
         ));
-        greeting.push((
-            vec![
-                b"SCRIPT".to_vec(),
-                b"LOAD".to_vec(),
-                super::writes::insert_script_source().as_bytes().to_vec(),
-            ],
-            false,
-        ));
         let (host, port) = (self.host.clone(), self.port);
         let timeout = self.queue.shared.connect_timeout;
         let secrets = self.queue.shared.secrets.clone();
@@ -185,7 +166,8 @@ impl DirectWire for RedisWire {
     fn encode(&self, messages: Vec<NewMessage>) -> (Vec<u8>, Resend) {
         let stream = &self.queue.config.stream;
         let batch = SendBatch::new(&self.queue.config, &messages);
-        let request = super::writes::insert_request(stream, &batch, &messages);
+        let request = writes::transaction_request(stream, &batch, &messages);
+        let batch = batch.tried();
         let queue = self.queue.clone();
         let resend: Resend =
             Box::new(move || Box::pin(async move { queue.insert_batch(&messages, batch).await }));
@@ -193,44 +175,30 @@ impl DirectWire for RedisWire {
     }
 
     fn read_reply(&self, buf: &[u8], count: usize) -> Result<Option<(Outcome, usize)>> {
-        let Some((reply, used)) = resp::parse(buf).map_err(|e| {
+        let parsed = resp::parse_replies(buf, writes::transaction_replies(count)).map_err(|e| {
             Error::connection(format!(
                 "Redis transport failed during \"send\": the server's reply was not RESP ({e})"
             ))
-        })?
-        else {
+        })?;
+        let Some((replies, used)) = parsed else {
             return Ok(None);
         };
-        let outcome = match reply {
-            Reply::Array(Some(items)) if items.len() == count => {
-                let ids: Option<Vec<String>> = items
-                    .into_iter()
-                    .map(|item| match item {
-                        Reply::Bulk(Some(id)) => String::from_utf8(id).ok(),
-                        _ => None,
-                    })
-                    .collect();
-                match ids {
-                    Some(ids) => Outcome::Stored(ids),
-                    None => Outcome::Failed(Error::transport(
-                        "Redis transport failed during \"send\": the server answered ids that are not text",
-                    )),
-                }
-            }
-            // The script is not loaded (a restart or SCRIPT FLUSH since the handshake): it did
-            // not run, and the runtime's connection loads it.
-            Reply::Error(text) if text.starts_with("NOSCRIPT") => Outcome::NotRun,
-            Reply::Error(_) => {
-                match redis::parse_redis_value(&buf[..used]).map(|v| v.extract_error()) {
+        let outcome = match writes::transaction_outcome(replies, count) {
+            Ok(ids) => Outcome::Stored(ids),
+            Err(TransactionError::Server(text)) => {
+                // Read back as the client library reads an error, for the same kinds.
+                match redis::parse_redis_value(format!("-{text}\r\n").as_bytes())
+                    .map(|v| v.extract_error())
+                {
                     Ok(Err(e)) => Outcome::Failed(self.queue.err("send", &e)),
                     _ => Outcome::Failed(Error::transport(
                         "Redis transport failed during \"send\": an unreadable error reply",
                     )),
                 }
             }
-            other => Outcome::Failed(Error::transport(format!(
-                "Redis transport failed during \"send\": an unexpected reply {other:?}"
-            ))),
+            Err(TransactionError::Unexpected) => Outcome::Failed(Error::transport(
+                "Redis transport failed during \"send\": the server answered the transaction with a reply of another shape",
+            )),
         };
         Ok(Some((outcome, used)))
     }

@@ -1,6 +1,7 @@
-//! Reading RESP2 replies off a byte buffer that may hold part of one (the direct sends'
-//! connection reads whatever the socket has). Only what those replies can be: simple
-//! strings, errors, integers, bulk strings and arrays of them.
+//! RESP2 for the direct sends' connection: commands written as the server reads them, and
+//! replies read off a byte buffer that may hold part of one (the connection reads whatever
+//! the socket has). Only what those replies can be: simple strings, errors, integers, bulk
+//! strings and arrays of them.
 
 /// One reply.
 #[derive(Debug, Clone, PartialEq)]
@@ -10,6 +11,37 @@ pub enum Reply {
     Integer(i64),
     Bulk(Option<Vec<u8>>),
     Array(Option<Vec<Reply>>),
+}
+
+/// Appends one command (an array of bulk strings) to `out`.
+pub fn push_command(out: &mut Vec<u8>, args: &[&[u8]]) {
+    push_header(out, b'*', args.len());
+    for arg in args {
+        push_header(out, b'$', arg.len());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+fn push_header(out: &mut Vec<u8>, kind: u8, len: usize) {
+    out.push(kind);
+    out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The `count` replies at the start of `buf` and how many bytes they took, `None` until
+/// `buf` holds all of them.
+pub fn parse_replies(buf: &[u8], count: usize) -> Result<Option<(Vec<Reply>, usize)>, String> {
+    let mut replies = Vec::with_capacity(count);
+    let mut at = 0;
+    while replies.len() < count {
+        let Some((reply, used)) = parse(&buf[at..])? else {
+            return Ok(None);
+        };
+        replies.push(reply);
+        at += used;
+    }
+    Ok(Some((replies, at)))
 }
 
 /// The reply at the start of `buf` and how many bytes it took, `None` if `buf` holds only
@@ -99,6 +131,24 @@ mod tests {
         );
         assert_eq!(parse(b"$-1\r\n").unwrap().unwrap().0, Reply::Bulk(None));
         assert_eq!(parse(b":42\r\n").unwrap().unwrap().0, Reply::Integer(42));
+    }
+
+    #[test]
+    fn a_command_is_written_as_an_array_of_bulk_strings() {
+        let mut out = Vec::new();
+        push_command(&mut out, &[b"SET", b"k", b""]);
+        assert_eq!(out, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n");
+    }
+
+    #[test]
+    fn replies_in_a_row_are_read_only_once_all_are_there() {
+        let buf = b"+OK\r\n+QUEUED\r\n*1\r\n$3\r\n1-0\r\n";
+        for cut in 0..buf.len() {
+            assert_eq!(parse_replies(&buf[..cut], 3).unwrap(), None, "cut at {cut}");
+        }
+        let (replies, used) = parse_replies(buf, 3).unwrap().unwrap();
+        assert_eq!(used, buf.len());
+        assert_eq!(replies[1], Reply::Simple("QUEUED".into()));
     }
 
     #[test]
