@@ -172,6 +172,20 @@ pub(super) fn transaction_outcome(
     }
 }
 
+/// A transaction the server discarded because it refused a command while queuing it
+/// (`EXECABORT`) stored nothing, and the first refusal says why: `LOADING` after a restart,
+/// `OOM`, an ACL. Answered as that refusal, it is classified as the same command alone would
+/// be (a server still loading is a connection failure, as for any command, not a failed send).
+fn first_refusal(error: redis::RedisError) -> redis::RedisError {
+    if error.kind() != redis::ErrorKind::Server(redis::ServerErrorKind::ExecAbort) {
+        return error;
+    }
+    match error.clone().into_server_errors().as_deref() {
+        Some([(_, first), ..]) => first.clone().into(),
+        _ => error,
+    }
+}
+
 /// Why a transaction stored nothing.
 #[derive(Debug, PartialEq)]
 pub(super) enum TransactionError {
@@ -407,7 +421,7 @@ impl RedisQueue {
             .arg("PX")
             .arg(SENT_MARKER_TTL_MS)
             .ignore();
-        pipe.query_async(conn).await
+        pipe.query_async(conn).await.map_err(first_refusal)
     }
 
     /// Stores due messages as one pipeline of XADDs (a repeat would store them again).
