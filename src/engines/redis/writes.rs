@@ -1,9 +1,10 @@
 //! Writes to a stream: sends (due entries by a transaction that marks the batch stored, and
 //! any repeat of it by a script that finds that mark, so a batch is stored once however often
 //! it is sent; delayed ones scored on Redis's clock by a script), rejects (the copy and the
-//! removal of the original in one script) and acks (XACK and XDEL in one MULTI). Invariant: each write is one pipeline,
-//! script or transaction per attempt, and a reject copies only an entry still pending in
-//! the group, so repeating one after a lost reply makes no second copy.
+//! removal of the original in one script) and acks (XACK and XDEL in one MULTI).
+//! Invariant: each write is one pipeline, script or transaction per attempt, and a reject
+//! copies only an entry still pending in the group, so repeating one after a lost reply makes
+//! no second copy.
 
 use super::replies::as_string;
 use super::stream_queue::RedisQueue;
@@ -115,7 +116,8 @@ pub(super) fn transaction_request(
         );
     }
     let marker = batch.marker.as_deref().unwrap_or_default();
-    let ttl = itoa::Buffer::new().format(SENT_MARKER_TTL_MS).to_owned();
+    let mut ttl = itoa::Buffer::new();
+    let ttl = ttl.format(SENT_MARKER_TTL_MS);
     push_command(
         &mut request,
         &[
@@ -232,7 +234,7 @@ impl RedisQueue {
     pub(super) async fn insert_batch(
         &self,
         messages: &[NewMessage],
-        batch: SendBatch,
+        mut batch: SendBatch,
     ) -> Result<Vec<String>> {
         // A connection found closed (the server dropped it while idle: a restart, a
         // CLIENT KILL; or just after it ran the batch) is re-made and the same batch sent
@@ -249,7 +251,6 @@ impl RedisQueue {
         const MAX_REDIRECT_PAUSE: Duration = Duration::from_millis(160);
         let mut redirects = Backoff::new(REDIRECT_PAUSE, MAX_REDIRECT_PAUSE);
         let (mut redirected, mut resent) = (0, false);
-        let mut batch = batch;
         let ids = loop {
             let attempt = self.insert_once(messages, &batch).await;
             batch.tried = true;
@@ -285,10 +286,11 @@ impl RedisQueue {
     }
 
     /// One attempt at storing `batch`: due messages by a transaction that marks the batch
-    /// stored, or by the script that finds that mark when the attempt is a repeat (or, for a stream no marker key can share a cluster slot with, one pipeline of XADDs),
-    /// delayed ones through the script that scores them on Redis's clock. A connection lost
-    /// once the commands went out leaves their outcome unknown: the error says they may have
-    /// been stored.
+    /// stored, or by the script that finds that mark when the attempt is a repeat (or, for a
+    /// stream no marker key can share a cluster slot with, one pipeline of XADDs), delayed ones
+    /// through the script that scores them on Redis's clock. A connection lost once the
+    /// commands went out leaves their outcome unknown: the error says they may have been
+    /// stored.
     pub(super) async fn insert_once(
         &self,
         messages: &[NewMessage],
