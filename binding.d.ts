@@ -241,14 +241,16 @@ export interface RedisQueueOptions {
   maxConnections?: number
 }
 
-/**
- * Sends that settled together, by the sequence numbers JavaScript gave them: for each,
- * its id, or the error (coded as every native error is) it failed with.
- */
+/** Sends that settled together, by the sequence numbers JavaScript gave them. */
 export interface SettledSends {
   seqs: Array<number>
-  ids: Array<string | undefined | null>
-  errors: Array<string | undefined | null>
+  /** The ids, in the order of `seqs`, joined by line breaks (`''` for a send that failed). */
+  ids: string
+  /**
+   * Absent when every send was stored; else, in the order of `seqs`, the error (coded as every
+   * native error is) each failed with, or null.
+   */
+  errors?: Array<string | undefined | null>
 }
 
 /**

@@ -54,16 +54,20 @@ class SendPipe {
     return new Promise((resolve, reject) => this.#waiting.set(seq, { resolve, reject }));
   }
 
-  /** @param {{ seqs: number[], ids: Array<string | null>, errors: Array<string | null> }} settled */
+  /**
+   * @param {{ seqs: number[], ids: string, errors?: Array<string | null> | null }} settled `ids`
+   * joined by line breaks, in the order of `seqs`; no `errors` when every send was stored
+   */
   #settle({ seqs, ids, errors }) {
+    const idList = seqs.length === 1 ? [ids] : ids.split('\n');
     let settled = 0;
     for (let i = 0; i < seqs.length; i += 1) {
       const waiter = this.#waiting.get(seqs[i]);
       if (waiter === undefined) continue;
       this.#waiting.delete(seqs[i]);
       settled += 1;
-      const error = errors[i];
-      if (error === null || error === undefined) waiter.resolve(/** @type {string} */ (ids[i]));
+      const error = errors ? errors[i] : null;
+      if (error === null || error === undefined) waiter.resolve(idList[i]);
       else waiter.reject(fromNative(new Error(error)));
     }
     if (this.#waiting.size === 0) this.#queue.holdLoop(false);
