@@ -9,7 +9,7 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { markdown, svg, median } = require('./report');
-const { limitRuns, measureLimits, limitSection } = require('./limit-report');
+const { limitRuns, measureLimits, limitSection, hasWakeFloor, hasRoundTripFloor } = require('./limit-report');
 const { ENGINES } = require('./engines');
 const { RUNS } = require('./targets');
 const { Progress } = require('../scripts/progress');
@@ -44,11 +44,25 @@ function machine() {
   return `Machine: ${cpus.length} × ${cpus[0]?.model ?? 'cpu'}, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}, ${os.platform()} ${os.release()}; servers on loopback. ${new Date().toISOString().slice(0, 10)}.`;
 }
 
-/** Per engine, the median over the rounds of the wake-up floor's send p50 (ms). */
-function wakeFloorP50s(measuredLimits) {
-  return Object.fromEntries(
-    Object.entries(measuredLimits.wake ?? {}).map(([engine, floors]) => [engine, median(floors.map((floor) => floor.send?.p50))]),
-  );
+/**
+ * A floor measured in this round just before the runs set against it (the machine's
+ * latencies drift over a run: a floor is read beside its runs): the engine's wake-up floor
+ * before B4, Redis's bare round trip before B2. Undefined, said on stderr, if it failed.
+ */
+function floorOf(kind, engine) {
+  try {
+    return runFresh('limit-one.js', { kind, engine });
+  } catch (error) {
+    process.stderr.write(`${engine} ${kind} floor failed: ${error.message.split('\n')[0]}\n`);
+    return undefined;
+  }
+}
+
+/** The floor measured before a round's run of `key` on `engine`, if any: [kind, label]. */
+function floorBefore(options, engine, key) {
+  if (key === 'wake' && hasWakeFloor(options, engine)) return ['floor', 'wake-up floor'];
+  if (key === 'sendSequential' && hasRoundTripFloor(options, engine)) return ['roundTrip', 'round-trip floor'];
+  return undefined;
 }
 
 /** The implementations a run measures on an engine (none where it does not apply). */
@@ -65,11 +79,18 @@ async function main() {
     return;
   }
   const results = {};
+  /** Per engine, the rounds' wake-up floors and B2 round-trip floors, each with its `round`. */
+  const floors = {};
+  const roundTrips = {};
   const deep = Object.fromEntries(Object.keys(ENGINES).map((engine) => [engine, []]));
   const runs = { ...RUNS, ...scaleRuns(options) };
   const runsPerRound = options.engines.reduce(
     (sum, engine) =>
-      sum + Object.values(runs).reduce((n, run) => n + implsOf(engine, run).length, 0) + (options.deep > 0 ? 1 : 0),
+      sum +
+      Object.values(runs).reduce((n, run) => n + implsOf(engine, run).length, 0) +
+      (options.deep > 0 ? 1 : 0) +
+      (hasWakeFloor(options, engine) ? 1 : 0) +
+      (hasRoundTripFloor(options, engine) ? 1 : 0),
     0,
   );
   // A throwaway cluster for the runs that ask for one, started when the first does.
@@ -90,6 +111,13 @@ async function main() {
     for (const engine of options.engines) {
       results[engine] ??= {};
       for (const [key, run] of Object.entries(runs)) {
+        const before = floorBefore(options, engine, key);
+        if (before !== undefined) {
+          const [kind, label] = before;
+          const floor = floorOf(kind, engine);
+          ran(`round ${round} ${engine} ${label}`, floor);
+          if (floor !== undefined) ((kind === 'floor' ? floors : roundTrips)[engine] ??= []).push({ ...floor, round });
+        }
         for (const impl of implsOf(engine, run)) {
           const { upstreamN, ...job } = run;
           const n = impl === 'upstream' && upstreamN !== undefined ? upstreamN : job.n;
@@ -98,7 +126,7 @@ async function main() {
           const result = runOne({ engine, impl, ...job, n, ...where });
           ran(`round ${round} ${engine} ${key} ${impl}`, result);
           if (result === undefined) continue;
-          ((results[engine][key] ??= {})[impl] ??= []).push(result);
+          ((results[engine][key] ??= {})[impl] ??= []).push({ ...result, round });
         }
       }
       if (options.deep > 0) {
@@ -128,7 +156,7 @@ async function main() {
     const nativeAt = (engine, depth) =>
       median((depth === RUNS.consume.n ? (results[engine]?.consume?.native ?? []) : deep[engine]).map((r) => r.rate));
     const nativeWakeAt = (engine, key) => median((results[engine]?.[key]?.native ?? []).map((r) => r.p50));
-    const section = limitSection(options, measuredLimits, nativeAt, nativeWakeAt);
+    const section = limitSection(options, measuredLimits, nativeAt, nativeWakeAt, floors, { roundTrips, results });
     if (section.lines.length > 0) extras.push(section.lines);
     limits = section.figures;
   }
@@ -138,7 +166,6 @@ async function main() {
   }
   const outDir = path.join(__dirname, 'results');
   fs.mkdirSync(outDir, { recursive: true });
-  const floors = wakeFloorP50s(measuredLimits);
   const report = markdown(results, extras, machine(), floors);
   fs.writeFileSync(path.join(outDir, 'report.md'), report);
   fs.writeFileSync(path.join(outDir, 'chart.svg'), svg(results, floors));

@@ -4,14 +4,23 @@
 // as a workload run (run-one.js) is, so the engine's own client is set against the transport
 // on equal terms (no JIT or connection warmed by the runs before it). The parent passes a
 // JSON job as argv[2] and reads one JSON line from stdout:
-// { kind: 'limit', engine, depth, batch } or { kind: 'floor', engine }.
+// { kind: 'limit', engine, depth, batch }, { kind: 'floor', engine } or
+// { kind: 'roundTrip', engine: 'redis' }.
 
 const { ownStatementsLimit } = require('./limits');
 const { wakeFloor } = require('./limit-wake');
+const { redisRoundTripFloor } = require('./limit-round-trip');
+
+/** What each kind of job measures. */
+const MEASURES = {
+  limit: (job) => ownStatementsLimit(job.engine, job.depth, job.batch),
+  floor: (job) => wakeFloor(job.engine),
+  roundTrip: () => redisRoundTripFloor(),
+};
 
 async function main() {
   const job = JSON.parse(process.argv[2]);
-  const result = job.kind === 'floor' ? await wakeFloor(job.engine) : await ownStatementsLimit(job.engine, job.depth, job.batch);
+  const result = await MEASURES[job.kind](job);
   process.stdout.write(`${JSON.stringify(result)}\n`);
 }
 

@@ -27,13 +27,23 @@ function limitEngines(options) {
 
 /** How many limit measurements `measureLimits` makes (for the progress bar). */
 function limitRuns(options) {
-  return options.limits ? options.rounds * limitEngines(options).length * (limitDepths(options).length * BATCHES.length + 1) : 0;
+  return options.limits ? options.rounds * limitEngines(options).length * limitDepths(options).length * BATCHES.length : 0;
+}
+
+/** Whether the run measures Redis's bare round trip (once a round, beside its B2 runs). */
+function hasRoundTripFloor(options, engine) {
+  return options.limits && engine === 'redis';
+}
+
+/** Whether the run measures `engine`'s wake-up floor (once a round, beside its B4 runs). */
+function hasWakeFloor(options, engine) {
+  return options.limits && limitEngines(options).includes(engine) && engine in WAKE_FLOORS;
 }
 
 /**
  * Each engine's limit at each depth, once a round (a run at 3,000 lasts ~0.1 s: medians, as
- * for the native figures), each measurement (and each wake-up floor) in a fresh process as B1
- * and B4 run. A failed measurement is said on stderr and left out.
+ * for the native figures), each measurement in a fresh process as B1 runs. A failed
+ * measurement is said on stderr and left out.
  * @param {{ rounds: number, engines: string[], deep: number }} options
  * @param {(label: string, result: object | undefined) => void} ran
  * @returns {Promise<Record<string, Record<number, object[]>>>}
@@ -54,14 +64,6 @@ async function measureLimits(options, ran) {
           ran(`round ${round} ${engine} limit@${depth} by ${batch}`, result);
         }
       }
-      let floor;
-      try {
-        floor = runFresh('limit-one.js', { kind: 'floor', engine });
-        ((measured.wake ??= {})[engine] ??= []).push(floor);
-      } catch (error) {
-        process.stderr.write(`${engine} wake-up floor failed: ${error.message.split('\n')[0]}\n`);
-      }
-      ran(`round ${round} ${engine} wake-up floor`, floor);
     }
   }
   return measured;
@@ -70,10 +72,11 @@ async function measureLimits(options, ran) {
 /**
  * The report's section and the figures for raw.json: per engine and depth, the median limit
  * (rows/s), the runs behind it, native B1's median rate at that depth and its share of the
- * limit. `nativeAt(engine, depth)` is native B1's median rate (NaN where not run). No lines
- * when the run has no engine with a limit.
+ * limit. `nativeAt(engine, depth)` is native B1's median rate (NaN where not run); `floors`
+ * the rounds' wake-up floors per engine; `roundTrips` Redis's B2 round-trip floors, set
+ * against B2's `results`. No lines when the run has no engine with a limit.
  */
-function limitSection(options, measured, nativeAt, nativeWakeAt) {
+function limitSection(options, measured, nativeAt, nativeWakeAt, floors, { roundTrips, results }) {
   const depths = limitDepths(options);
   const figures = { batches: BATCHES, targetPercent: TARGET_PERCENT, ownStatements: {} };
   if (limitEngines(options).length === 0) return { lines: [], figures };
@@ -98,7 +101,8 @@ function limitSection(options, measured, nativeAt, nativeWakeAt) {
     }
     lines.push(`| ${engine} | ${OWN_STATEMENTS[engine].label} | ${cells.join(' | ')} |`);
   }
-  lines.push(...wakeFloorLines(options, measured.wake ?? {}, nativeWakeAt, figures));
+  lines.push(...wakeFloorLines(options, floors, nativeWakeAt, figures));
+  lines.push(...roundTripLines(roundTrips.redis ?? [], results.redis?.sendSequential ?? {}, figures));
   if (options.engines.includes('redis')) {
     figures.redisXaddPerSecond = redisXaddLimit();
     lines.push('', `Redis pipelined XADD (redis-benchmark -P 16): ${figures.redisXaddPerSecond.toFixed(0)} commands/s.`);
@@ -117,7 +121,7 @@ function wakeFloorLines(options, floors, nativeWakeAt, figures) {
   const ms = (value) => (Number.isFinite(value) ? value.toFixed(2) : '–');
   const lines = [
     '',
-    `Wake-up floor: the message B4 sends (as an app sends it, stamps and all), stored by the engine's own Node client at B4's pace (one every 10 ms on an idle server), ${FLOOR_SENDS} times a round in a fresh process, and when a second connection learns of it; medians over the rounds. A same-process wake-up is that send and then a claim; one from another process, that notice and then a claim. B4's target is the send p50 + ${WAKE_ALLOWANCE_MS} ms, in process and (where the engine pushes wake-ups) from another process.`,
+    `Wake-up floor: the message B4 sends (as an app sends it, stamps and all), stored by the engine's own Node client at B4's pace (one every 10 ms on an idle server), ${FLOOR_SENDS} times a round in a fresh process just before that round's B4 runs, and when a second connection learns of it; medians over the rounds. A same-process wake-up is that send and then a claim; one from another process, that notice and then a claim. B4's target is the send p50 + ${WAKE_ALLOWANCE_MS} ms, in process and (where the engine pushes wake-ups) from another process, each round's B4 set against its own round's floor.`,
     '',
     `| engine | floor | send p50 / p99 ms | seen by another connection p50 / p99 ms | B4 target ms (send p50 + ${WAKE_ALLOWANCE_MS}) | native B4 p50 ms: same process / other process |`,
     '|---|---|---|---|---|---|',
@@ -136,4 +140,32 @@ function wakeFloorLines(options, floors, nativeWakeAt, figures) {
   return lines;
 }
 
-module.exports = { limitRuns, measureLimits, limitSection };
+/**
+ * B2 on Redis against its round-trip floor: per round, native's and upstream's rates as a
+ * share of the floor measured just before them; medians over the rounds. The figures go to
+ * `figures.roundTrip`.
+ */
+function roundTripLines(floors, b2, figures) {
+  if (floors.length === 0) return [];
+  const share = (impl) =>
+    median(
+      (b2[impl] ?? []).map((run) => {
+        const floor = floors.find((f) => f.round === run.round);
+        return floor === undefined ? Number.NaN : (run.rate / floor.rate) * 100;
+      }),
+    );
+  const floorRate = median(floors.map((f) => f.rate));
+  const perSend = median(floors.map((f) => f.perSendMicros));
+  figures.roundTrip = { redis: { rate: floorRate, perSendMicros: perSend, nativePercent: share('native'), upstreamPercent: share('upstream'), runs: floors } };
+  const percent = (value) => (Number.isFinite(value) ? `${value.toFixed(0)}%` : '–');
+  return [
+    '',
+    `B2's round-trip floor on Redis: the XADD of B2's message written as RESP on a bare Node socket and awaited before the next (no client library, envelope or serializer), as many times as B2 sends after the same warm-up, in a fresh process just before that round's B2 runs. A sequential send is at least this round trip; each B2 rate as a share of its own round's floor, medians over the rounds.`,
+    '',
+    '| engine | floor sends/s | floor µs per send | native B2 ÷ floor | upstream B2 ÷ floor |',
+    '|---|---|---|---|---|',
+    `| redis | ${floorRate.toFixed(0)} | ${perSend.toFixed(1)} | ${percent(share('native'))} | ${percent(share('upstream'))} |`,
+  ];
+}
+
+module.exports = { limitRuns, measureLimits, limitSection, hasWakeFloor, hasRoundTripFloor };
