@@ -59,7 +59,7 @@ class SendPipe {
    * joined by line breaks, in the order of `seqs`; no `errors` when every send was stored
    */
   #settle({ seqs, ids, errors }) {
-    const idList = seqs.length === 1 ? [ids] : ids.split('\n');
+    const idList = ids.split('\n');
     let settled = 0;
     for (let i = 0; i < seqs.length; i += 1) {
       const waiter = this.#waiting.get(seqs[i]);
