@@ -7,7 +7,16 @@
 // consumer frozen for an hour looks like to the others). Part of the shared SqlTransport suite
 // (../sql-transport.suite.js).
 
-const { envelopeOf, idOf, receiveOne, pollUntil } = require('../../support/transport-helpers');
+const { envelopeOf, idOf, receiveOne, pollUntil, sleep } = require('../../support/transport-helpers');
+
+/**
+ * How far ahead of the clock a claim's stamp may run on PostgreSQL: a tenth of the lease, at
+ * most 100 ms (src/engines/sql/claim_doubt.rs). A real takeover comes a lease after the first
+ * claim, so its stamp is always a later one; the lapse made in the database here comes at once,
+ * so the takeover waits for the first stamp to pass, or the two claims would share a stamp (and
+ * a token) about one time in a hundred and the stale settle would land.
+ */
+const STAMP_LEAD_MS = 100;
 
 /** Registers the cases of this part for the engine of `ctx`. */
 function fencingCases(ctx) {
@@ -23,6 +32,7 @@ function fencingCases(ctx) {
     const current = transport({ queueName, redeliverTimeoutSeconds: 1 });
     await stale.send(envelopeOf('fenced', 'f'));
     const first = await receiveOne(stale);
+    await sleep(STAMP_LEAD_MS + 10);
     await db.lapseClaim(TABLE, idOf(first));
     const second = await receiveOne(current, 3000);
     expect(idOf(second)).toBe(idOf(first));
@@ -31,8 +41,7 @@ function fencingCases(ctx) {
 
   /**
    * Waits (2 s) for `t`'s write-behind ack to be counted as stale; if it is not, the failure
-   * says what the transport and the server were doing (a stall, not a miscount, is what a
-   * rare failure of this wait has looked like).
+   * says what the transport and the server were doing (a stall, or an ack that landed).
    */
   async function expectStaleSettle(t) {
     if (await pollUntil(() => t.stats().staleSettles === 1, { timeoutMs: 2000 })) return;

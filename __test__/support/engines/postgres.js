@@ -254,8 +254,12 @@ const postgres = {
   requireServer: () => requireServer(engine),
   /** Whether raw access works here (it always does on a server). */
   rawAccess: () => true,
-  /** The database a test file runs on (the shared one). */
-  runDsn: () => engine.dsn,
+  /**
+   * The database a test file runs on: the shared one, under the file's own application_name
+   * when it names one, so that its transports share no pool or LISTEN connection with other
+   * files' (all files run in one process; one left open by a failed test stays alive).
+   */
+  runDsn: (tag) => (tag ? dsnWith(engine.dsn, { params: { application_name: tag } }) : engine.dsn),
   removeRunDsn: () => {},
   /** The same database under another DSN string: a pool (and LISTEN connection) of its own. */
   otherDsn: (dsn) => dsnWith(dsn, { params: { application_name: 'nmn_other' } }),
