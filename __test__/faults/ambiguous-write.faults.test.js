@@ -44,6 +44,9 @@ const CLAIM_WRITE = {
   redis: 'XREADGROUP',
 };
 
+/** The statement that gives claimed rows back to the queue (its text is built per release, never prepared). */
+const RELEASE_WRITE = 'SET delivered_at = NULL';
+
 /** The statement of a send stored claimed for an idle consumer (its INSERT sets delivered_at), prepared on first use. */
 const HANDED_INSERT = { mariadb: 'available_at, delivered_at) SELECT', postgres: 'available_at, delivered_at) VALUES' };
 
@@ -172,6 +175,53 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
       expect(outcome.error).toBeInstanceOf(TransportConnectionError);
       expect(outcome.error.message).toMatch(/may have been stored/);
       expectClaimedAgain(engine, { replied, errors, slowest, delivered });
+      await consumer.close();
+      expect(await residue(engine, { dsn: f.server.dsn, queue })).toEqual([]);
+    }, 60_000);
+  }
+
+  // A send stored claimed for an idle consumer that stopped waiting before the rows reached it
+  // gives them back to the queue. If the server cannot be reached for that release (it is
+  // going away), the rows are owed a release: the queue's next claim in this process makes it,
+  // whichever transport claims, and an idle consumer retries it soon; a transport that only
+  // sends never claims, so the rows must not wait on it (nor on its close, nor on the lease).
+  if (engine === 'mariadb' || engine === 'postgres') {
+    it(`a handed send whose consumer left and whose release fails: the send resolves, delivered within ${CLAIM_BACK_MS[engine]} ms`, async () => {
+      const queue = uniqueQueue(engine, 'given-back');
+      const dsn = f.viaProxy();
+      const producer = f.open({ dsn, queue });
+      const consumer = f.open({ dsn, queue, leaseMs: CLAIM_LEASE_MS });
+      await producer.setup();
+      const first = consumeAndAck(consumer);
+      await sleep(1000);
+
+      const handed = f.proxy.count(HANDED_INSERT[engine]);
+      // The handed INSERT's reply is held while the consumer stops waiting, so the row it
+      // stored claimed comes back to the sender; its first release never reaches the server.
+      const held = f.proxy.holdReply((chunk) => chunk.includes('"g:1"'), 500);
+      const sending = settleWithin(producer.send(faultEnvelope('g:1', 1)), 20_000);
+      await held;
+      first.controller.abort();
+      await settleWithin(first.loop, 5000);
+      const refused = f.proxy.refuseNext(RELEASE_WRITE);
+      const outcome = await sending;
+      const sentAt = Date.now();
+      const second = consumeAndAck(consumer);
+      const wasRefused = await settleWithin(refused, 5000).then((r) => r.timeout !== true);
+      const slowest = (await lastDelivery(['g:1'], second.delivered, sentAt + CLAIM_BACK_MS[engine] + 5000)) - sentAt;
+      second.controller.abort();
+      await settleWithin(second.loop, 10_000);
+      console.log(`[given-back send ${engine}] send ${
+        outcome.error ? `rejected: ${outcome.error.message}` : 'resolved'
+      }; a release refused: ${wasRefused}; delivered after ${slowest} ms`);
+
+      expect(handed.seen).toBe(1);
+      expect(outcome.error).toBeUndefined();
+      expect(wasRefused).toBe(true);
+      expect([...first.delivered, ...second.delivered].map((d) => d.key)).toEqual(['g:1']);
+      expect(first.errors).toEqual([]);
+      expect(second.errors).toEqual([]);
+      expect(slowest).toBeLessThanOrEqual(CLAIM_BACK_MS[engine]);
       await consumer.close();
       expect(await residue(engine, { dsn: f.server.dsn, queue })).toEqual([]);
     }, 60_000);

@@ -9,17 +9,8 @@
 //!
 //! Generic over what is handed (an engine's claimed messages), so that it depends on nothing.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use tokio::sync::oneshot;
-
-/// A queue: its table and its name.
-type QueueKey = (String, String);
-
-/// The hand-off desks of one connection target (process and DSN), by queue.
-pub struct HandOffDesks<T> {
-    desks: Mutex<HashMap<QueueKey, Arc<HandOffDesk<T>>>>,
-}
 
 /// The idle consumers of one queue in this process that take what is handed to them.
 pub struct HandOffDesk<T> {
@@ -31,25 +22,6 @@ pub struct Ticket<T>(oneshot::Receiver<T>);
 
 /// A waiting consumer a sender took from the desk: it gives it something once, or nothing.
 pub struct Taker<T>(oneshot::Sender<T>);
-
-impl<T> Default for HandOffDesks<T> {
-    fn default() -> Self {
-        Self {
-            desks: Mutex::default(),
-        }
-    }
-}
-
-impl<T> HandOffDesks<T> {
-    /// The desk of `queue` in `table`.
-    pub fn desk(&self, table: &str, queue: &str) -> Arc<HandOffDesk<T>> {
-        let mut desks = self.desks.lock().unwrap_or_else(|p| p.into_inner());
-        desks
-            .entry((table.to_owned(), queue.to_owned()))
-            .or_default()
-            .clone()
-    }
-}
 
 impl<T> Default for HandOffDesk<T> {
     fn default() -> Self {
@@ -113,7 +85,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiting_consumer_receives_what_is_given() {
-        let desk = HandOffDesks::default().desk("t", "q");
+        let desk = HandOffDesk::default();
         let mut ticket = desk.wait_here();
         let taker = desk.take().expect("a consumer waits");
         assert!(taker.give(message("1")).is_ok());
@@ -123,7 +95,7 @@ mod tests {
 
     #[test]
     fn leaving_returns_what_was_given_and_refuses_the_rest() {
-        let desk = HandOffDesks::default().desk("t", "q");
+        let desk = HandOffDesk::default();
         let ticket = desk.wait_here();
         let early = desk.take().expect("a consumer waits");
         assert!(early.give(message("1")).is_ok());
@@ -137,7 +109,7 @@ mod tests {
 
     #[test]
     fn consumers_that_left_are_not_taken() {
-        let desk = HandOffDesks::default().desk("t", "q");
+        let desk = HandOffDesk::default();
         let first = desk.wait_here();
         let second = desk.wait_here();
         assert!(first.leave().is_none());

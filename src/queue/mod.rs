@@ -9,6 +9,7 @@
 //! `Arc<dyn Engine>`.
 
 pub mod batch;
+pub mod by_queue;
 mod claims;
 pub mod completions;
 pub mod engine;

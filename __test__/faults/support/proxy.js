@@ -69,6 +69,8 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
   const traps = [];
   /** Armed holdBack delays, first armed first served. */
   const holds = [];
+  /** Armed holdReply delays, first armed first served. */
+  const replyHolds = [];
   /** Chunk counters, see count(). */
   const counters = [];
 
@@ -99,7 +101,27 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
       }, hold.ms);
       return;
     }
+    const replyHoldIndex = replyHolds.findIndex((hold) => hold.matches(chunk));
+    if (replyHoldIndex >= 0) {
+      const [hold] = replyHolds.splice(replyHoldIndex, 1);
+      link.heldDown = [];
+      setTimeout(() => {
+        const heldDown = link.heldDown;
+        link.heldDown = undefined;
+        if (links.has(link)) for (const c of heldDown) link.client.write(c);
+      }, hold.ms);
+      link.upstream.write(chunk);
+      hold.resolve({ at: Date.now(), chunk });
+      return;
+    }
     const index = traps.findIndex((trap) => trap.matches(chunk));
+    if (index >= 0 && traps[index].refuse) {
+      // Never reaches the server: the write did not run, and the client sees a reset.
+      const [trap] = traps.splice(index, 1);
+      dropLink(link);
+      trap.resolve({ at: Date.now(), chunk });
+      return;
+    }
     if (index >= 0) {
       const [trap] = traps.splice(index, 1);
       link.doomed = true;
@@ -125,6 +147,10 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
       link.onDoomedReply?.();
       return;
     }
+    if (link.heldDown !== undefined) {
+      link.heldDown.push(chunk);
+      return;
+    }
     link.client.write(chunk);
   }
 
@@ -132,7 +158,7 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
     accepted += 1;
     acceptedAt.push(performance.now());
     const upstream = net.connect({ host: targetHost, port: targetPort });
-    const link = { client, upstream, doomed: false, onDoomedReply: undefined, held: undefined, openedAt: Date.now(), lastDataAt: Date.now(), bytesUp: 0, bytesDown: 0 };
+    const link = { client, upstream, doomed: false, onDoomedReply: undefined, held: undefined, heldDown: undefined, openedAt: Date.now(), lastDataAt: Date.now(), bytesUp: 0, bytesDown: 0 };
     links.add(link);
     client.setNoDelay(true);
     upstream.setNoDelay(true);
@@ -235,6 +261,30 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
     cutAfter(pattern, { waitForReplyMs = 2000 } = {}) {
       return new Promise((resolve) => {
         traps.push({ matches: matcherOf(pattern), waitForReplyMs, resolve });
+      });
+    },
+    /**
+     * Arms a reply delay: the next client→server chunk matching `pattern` reaches the server at
+     * once, and what the server sends back on that connection from then on reaches the client
+     * `ms` later (the statement runs; its outcome is late). Resolves `{ at }` when the chunk is
+     * forwarded.
+     * @param {string | Buffer | ((chunk: Buffer) => boolean)} pattern
+     * @param {number} ms
+     */
+    holdReply(pattern, ms) {
+      return new Promise((resolve) => {
+        replyHolds.push({ matches: matcherOf(pattern), ms, resolve });
+      });
+    },
+    /**
+     * Arms a refusal: the next client→server chunk matching `pattern` (a string, a Buffer or a
+     * predicate over the chunk) is dropped and its connection reset at once, so its statement
+     * never runs. Resolves `{ at }` when it was refused.
+     * @param {string | Buffer | ((chunk: Buffer) => boolean)} pattern
+     */
+    refuseNext(pattern) {
+      return new Promise((resolve) => {
+        traps.push({ matches: matcherOf(pattern), refuse: true, resolve });
       });
     },
     /**

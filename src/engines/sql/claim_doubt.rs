@@ -114,17 +114,20 @@ impl ClaimAttempt {
     }
 }
 
-/// The claim attempts of one queue whose outcome is in doubt.
+/// The claim attempts of one queue whose outcome is in doubt, shared by the queue's transports
+/// in the process (whichever claims next releases them).
 #[derive(Debug, Default)]
 pub struct InDoubt {
     attempts: Mutex<Vec<Arc<ClaimAttempt>>>,
 }
 
 impl InDoubt {
-    /// Keeps `attempt`, which failed without an answer, for the next claim to release, unless
-    /// it was in flight too long to be told apart from others' claims.
+    /// Keeps `attempt`, which failed without an answer (or whose rows could not be handed
+    /// over), for the next claim to release, unless it noted no rows and was in flight too
+    /// long to be told apart from others' claims.
     pub fn record(&self, attempt: ClaimAttempt) {
-        if attempt.sent.elapsed() > MAX_DOUBT_WINDOW {
+        // Rows it noted are found by their ids and tokens however long ago it ran.
+        if attempt.rows.is_empty() && attempt.sent.elapsed() > MAX_DOUBT_WINDOW {
             return;
         }
         let mut attempts = self.lock();
@@ -132,6 +135,11 @@ impl InDoubt {
             attempts.remove(0);
         }
         attempts.push(Arc::new(attempt));
+    }
+
+    /// Whether an attempt still waits for its rows to be released.
+    pub fn owes_release(&self) -> bool {
+        !self.lock().is_empty()
     }
 
     /// Its rows were released.

@@ -38,8 +38,9 @@ pub struct TableQueue<D: SqlDialect> {
     shared_sql: TableStatements,
     wake: Arc<WakeSignal>,
     hand_off: Arc<HandOffDesk<Vec<StoredMessage>>>,
-    /// Claims whose reply was lost: their rows are released before the next claim.
-    in_doubt: InDoubt,
+    /// Claims (and sends stored claimed) of this queue in this process whose reply was lost,
+    /// or whose rows could not be given back: released before the next claim.
+    in_doubt: Arc<InDoubt>,
 }
 
 impl<D: SqlDialect> TableQueue<D> {
@@ -52,7 +53,8 @@ impl<D: SqlDialect> TableQueue<D> {
             config.max_connections,
         )?;
         let wake = target.board.signal(&config.table, &config.queue);
-        let hand_off = target.hand_offs.desk(&config.table, &config.queue);
+        let hand_off = target.hand_offs.of(&config.table, &config.queue);
+        let in_doubt = target.in_doubt.of(&config.table, &config.queue);
         let (shared_sql, sql) = D::statements(&config.table, config.use_notify);
         Ok(Self {
             cx: QueueContext {
@@ -63,7 +65,7 @@ impl<D: SqlDialect> TableQueue<D> {
             shared_sql,
             wake,
             hand_off,
-            in_doubt: InDoubt::default(),
+            in_doubt,
         })
     }
 

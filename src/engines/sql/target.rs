@@ -8,14 +8,15 @@
 //! connections, claim doubt), never the queue side (`super::dialect`) or the table queue. The
 //! registry it joins is the caller's.
 
-use super::claim_doubt::RecentClaims;
+use super::claim_doubt::{InDoubt, RecentClaims};
 use super::connector::{Connector, DialectConnectOptions, OpenedTarget};
 use super::driver::{DueRow, Runner, SqlResult};
 use super::errors::{driver_error, no_answer, outcome_unknown, Failure};
 use super::kept_connection::KeptConnection;
 use super::table_poller::{PollTarget, TablePollers};
+use crate::queue::by_queue::ByQueue;
 use crate::queue::engine::StoredMessage;
-use crate::queue::hand_off::HandOffDesks;
+use crate::queue::hand_off::HandOffDesk;
 use crate::queue::wake::WakeBoard;
 use crate::support::dsn::SqlDsn;
 use crate::support::error::{Error, Result};
@@ -66,7 +67,11 @@ pub struct SqlTarget<D: Connector> {
     pub secrets: Vec<String>,
     pub board: Arc<WakeBoard>,
     /// Where a send hands its messages, stored claimed, to an idle consumer of its queue.
-    pub hand_offs: HandOffDesks<Vec<StoredMessage>>,
+    pub hand_offs: ByQueue<HandOffDesk<Vec<StoredMessage>>>,
+    /// Claims (and sends stored claimed) whose rows may be hidden, by queue: whichever
+    /// transport of the queue claims next releases them, so a send's are not left to a
+    /// transport that never claims.
+    pub in_doubt: ByQueue<InDoubt>,
     /// The shared polls of idle consumers, one per table (dialects without push wake-ups).
     pub pollers: TablePollers,
     first_contact: FirstContact,
@@ -115,7 +120,8 @@ impl<D: Connector> SqlTarget<D> {
                 max_connections: budget,
                 secrets: dsn.secrets.clone(),
                 board,
-                hand_offs: HandOffDesks::default(),
+                hand_offs: ByQueue::default(),
+                in_doubt: ByQueue::default(),
                 pollers: TablePollers::default(),
                 first_contact: FirstContact::default(),
                 connection_failed_at: Mutex::new(None),

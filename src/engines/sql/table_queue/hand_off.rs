@@ -40,12 +40,15 @@ impl<D: SqlDialect> TableQueue<D> {
                             self.cx.target.recent_claims.note(token);
                         }
                     }
-                    // The consumer stopped waiting meanwhile: the rows go back to the queue.
+                    // The consumer stopped waiting meanwhile: the rows go back to the queue,
+                    // released by the next claim of any of its transports in this process
+                    // (woken here), not by this send: the send is stored and says so, and a
+                    // release that failed here (the server going away) would have left them
+                    // to a transport that may never claim.
                     Err(rows) => {
                         attempt.hold(claimed_rows(&rows));
-                        if D::release_in_doubt(&self.cx, &attempt).await.is_err() {
-                            self.in_doubt.record(attempt);
-                        }
+                        self.in_doubt.record(attempt);
+                        self.wake.wake();
                     }
                 }
                 Ok(Some(ids))

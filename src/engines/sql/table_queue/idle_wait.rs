@@ -48,6 +48,13 @@ impl<D: SqlDialect> TableQueue<D> {
         cancel: &CancellationToken,
         ticket: &mut Option<Ticket<Vec<StoredMessage>>>,
     ) -> Result<WaitOutcome> {
+        // Rows that a lost claim or a handed send may hide are released by the next claim:
+        // while a release is owed (the last one failed), the wait ends soon enough to retry.
+        if self.in_doubt.owes_release() {
+            return Ok(self
+                .wait_on_signal(seen, IN_DOUBT_RETRY, cancel, ticket)
+                .await);
+        }
         let push = D::FACTS.push_wakeup && self.cx.config.use_notify && D::push_ready(&self.cx);
         let cap = if push {
             self.cx.config.notify_timeout
@@ -152,3 +159,6 @@ impl<D: SqlDialect> TableQueue<D> {
 
 /// Shortest idle wait: due rows that SKIP LOCKED skipped are re-tried this soon.
 const MIN_IDLE_WAIT: Duration = Duration::from_millis(10);
+
+/// How soon an idle consumer retries a release that is owed (see `claim_doubt`).
+const IN_DOUBT_RETRY: Duration = Duration::from_millis(500);

@@ -1,0 +1,64 @@
+//! State kept per queue (table and name) on one connection target, shared by every transport
+//! of that queue in the process: what one transport leaves for the others to act on.
+//!
+//! Generic over what is kept, so that it depends on nothing.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// A queue: its table and its name.
+type QueueKey = (String, String);
+
+/// One `V` per queue, made on first use.
+pub struct ByQueue<V> {
+    entries: Mutex<HashMap<QueueKey, Arc<V>>>,
+}
+
+impl<V> Default for ByQueue<V> {
+    fn default() -> Self {
+        Self {
+            entries: Mutex::default(),
+        }
+    }
+}
+
+impl<V: Default> ByQueue<V> {
+    /// The `V` of `queue` in `table`. Entries no transport holds any more are dropped when a
+    /// new queue comes, so a process that opens and closes many queues keeps only the live ones.
+    pub fn of(&self, table: &str, queue: &str) -> Arc<V> {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (table.to_owned(), queue.to_owned());
+        if let Some(entry) = entries.get(&key) {
+            return entry.clone();
+        }
+        entries.retain(|_, entry| Arc::strong_count(entry) > 1);
+        entries.entry(key).or_default().clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_entry_per_queue_shared_while_held() {
+        let map: ByQueue<Mutex<u32>> = ByQueue::default();
+        let a = map.of("t", "q");
+        *a.lock().unwrap() = 7;
+        assert_eq!(*map.of("t", "q").lock().unwrap(), 7);
+        assert_eq!(*map.of("t", "other").lock().unwrap(), 0);
+        assert_eq!(*map.of("u", "q").lock().unwrap(), 0);
+    }
+
+    #[test]
+    fn entries_no_one_holds_are_dropped_when_a_queue_comes() {
+        let map: ByQueue<Mutex<u32>> = ByQueue::default();
+        for n in 0..1000 {
+            let _held_briefly = map.of("t", &n.to_string());
+        }
+        let kept = map.of("t", "kept");
+        let _next = map.of("t", "next");
+        assert_eq!(map.entries.lock().unwrap().len(), 2);
+        drop(kept);
+    }
+}
