@@ -27,12 +27,14 @@ function sqlTable(engine, { dsn, prefix = 'nmn_tr' }) {
     await t.close();
   });
 
+  // Longer than closeAll's own 5 s bound: a close that a failed test keeps waiting (a delivery
+  // it never settled) is given up on, and the queues are still cleaned, within the hook.
   afterEach(async () => {
     for (const consumer of consumers.splice(0)) await consumer.stop();
     await closeAll(transports);
     const names = queues.splice(0);
     if (engine.rawAccess()) await db.deleteQueues(TABLE, names);
-  });
+  }, 15000);
 
   afterAll(async () => {
     if (engine.server) {
