@@ -181,10 +181,11 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
   }
 
   // A send stored claimed for an idle consumer that stopped waiting before the rows reached it
-  // gives them back to the queue. If the server cannot be reached for that release (it is
-  // going away), the rows are owed a release: the queue's next claim in this process makes it,
-  // whichever transport claims, and an idle consumer retries it soon; a transport that only
-  // sends never claims, so the rows must not wait on it (nor on its close, nor on the lease).
+  // gives them back to the queue: the sender releases them after the send. If that release
+  // fails (the server going away), the rows are owed a release: the queue's next claim in this
+  // process makes it, whichever transport claims, and an idle consumer retries it soon; a
+  // transport that only sends never claims, so the rows must not wait on it (nor on its close,
+  // nor on the lease).
   if (engine === 'mariadb' || engine === 'postgres') {
     it(`a handed send whose consumer left and whose release fails: the send resolves, delivered within ${CLAIM_BACK_MS[engine]} ms`, async () => {
       const queue = uniqueQueue(engine, 'given-back');

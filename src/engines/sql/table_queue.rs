@@ -11,6 +11,8 @@
 mod hand_off;
 mod idle_wait;
 
+use hand_off::Handed;
+
 use super::claim_doubt::{stamp_span_ms, ClaimAttempt, InDoubt};
 use super::connector::TableStatements;
 use super::dialect::SqlDialect;
@@ -157,8 +159,9 @@ impl<D: SqlDialect> TableQueue<D> {
     }
 }
 
-/// How long `close()` tries to release the rows of claims whose reply was lost.
-const SHUTDOWN_RELEASE_BOUND: Duration = Duration::from_secs(2);
+/// How long a release made beside another operation may take: `close()`'s for the rows of
+/// claims whose reply was lost, a send's for the rows a consumer did not take.
+const SIDE_RELEASE_BOUND: Duration = Duration::from_secs(2);
 
 impl<D: SqlDialect> Engine for TableQueue<D> {
     fn wake_signal(&self) -> Arc<WakeSignal> {
@@ -199,15 +202,28 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             .map(|m| m.delay_ms)
             .filter(|&delay| delay > 0.0)
             .fold(f64::INFINITY, f64::min);
-        Box::pin(self.bounded("send", Some("the messages"), async move {
-            self.ready("send").await?;
-            if let Some(ids) = self.hand_off(&messages).await? {
-                return Ok(ids);
+        Box::pin(async move {
+            let stored = self
+                .bounded("send", Some("the messages"), async move {
+                    self.ready("send").await?;
+                    if let Some(handed) = self.hand_off(&messages).await? {
+                        return Ok(handed);
+                    }
+                    let ids = D::insert(&self.cx, messages).await?;
+                    self.expect_due(soonest);
+                    Ok(Handed {
+                        ids,
+                        given_back: false,
+                    })
+                })
+                .await?;
+            // Outside the send's bound: the messages are stored, and a release that stalls
+            // must not turn that into a failed send. One that fails stays owed.
+            if stored.given_back {
+                let _ = tokio::time::timeout(SIDE_RELEASE_BOUND, self.release_in_doubt()).await;
             }
-            let ids = D::insert(&self.cx, messages).await?;
-            self.expect_due(soonest);
-            Ok(ids)
-        }))
+            Ok(stored.ids)
+        })
     }
 
     fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
@@ -384,7 +400,7 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
         Box::pin(async move {
             // A last chance for rows a lost claim took, within a short bound: a server that
             // is still away leaves them to their lease.
-            let _ = tokio::time::timeout(SHUTDOWN_RELEASE_BOUND, self.release_in_doubt()).await;
+            let _ = tokio::time::timeout(SIDE_RELEASE_BOUND, self.release_in_doubt()).await;
             self.cx.target.leave().await
         })
     }

@@ -14,7 +14,7 @@ impl<D: SqlDialect> TableQueue<D> {
     /// Stores a send of one due message claimed for an idle consumer of this process and hands
     /// it over (see `crate::queue::hand_off`), where the dialect can and a consumer waits: its
     /// id, or `None` when it was not stored so and goes the ordinary way.
-    pub(super) async fn hand_off(&self, messages: &[NewMessage]) -> Result<Option<Vec<String>>> {
+    pub(super) async fn hand_off(&self, messages: &[NewMessage]) -> Result<Option<Handed>> {
         // An idle consumer's wake-up is a send of one; a batch means the queue is busy.
         let [message] = messages else {
             return Ok(None);
@@ -40,18 +40,25 @@ impl<D: SqlDialect> TableQueue<D> {
                             self.cx.target.recent_claims.note(token);
                         }
                     }
-                    // The consumer stopped waiting meanwhile: the rows go back to the queue,
-                    // released by the next claim of any of its transports in this process
-                    // (woken here), not by this send: the send is stored and says so, and a
-                    // release that failed here (the server going away) would have left them
-                    // to a transport that may never claim.
+                    // The consumer stopped waiting meanwhile: the rows go back to the queue.
+                    // They are owed a release from now on, which the queue's next claim in
+                    // this process makes, whichever transport claims (woken here), should the
+                    // sender's own, after the send, fail: a transport that only sends never
+                    // claims.
                     Err(rows) => {
                         attempt.hold(claimed_rows(&rows));
                         self.in_doubt.record(attempt);
                         self.wake.wake();
+                        return Ok(Some(Handed {
+                            ids,
+                            given_back: true,
+                        }));
                     }
                 }
-                Ok(Some(ids))
+                Ok(Some(Handed {
+                    ids,
+                    given_back: false,
+                }))
             }
             ClaimedInsert::NotStored => Ok(None),
             ClaimedInsert::InDoubt(err) => {
@@ -64,6 +71,13 @@ impl<D: SqlDialect> TableQueue<D> {
             }
         }
     }
+}
+
+/// A send stored claimed by [`TableQueue::hand_off`].
+pub(super) struct Handed {
+    pub ids: Vec<String>,
+    /// The consumer had stopped waiting: the rows are owed a release.
+    pub given_back: bool,
 }
 
 /// The largest message a send hands straight to an idle consumer.
