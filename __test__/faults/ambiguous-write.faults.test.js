@@ -187,42 +187,72 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
   // transport that only sends never claims, so the rows must not wait on it (nor on its close,
   // nor on the lease).
   if (engine === 'mariadb' || engine === 'postgres') {
-    it(`a handed send whose consumer left and whose release fails: the send resolves, delivered within ${CLAIM_BACK_MS[engine]} ms`, async () => {
+    /**
+     * A producer and an idle consumer through the proxy; the producer's send of `key` is
+     * handed to the consumer, whose get() loop is aborted while the INSERT's reply is held, so
+     * the row comes back to the sender. `beforeReply()` runs once the loop has ended. Resolves
+     * the send's outcome (and when it settled), with the transports and the queue.
+     */
+    async function handedToAConsumerThatLeft(key, beforeReply = () => {}) {
       const queue = uniqueQueue(engine, 'given-back');
       const dsn = f.viaProxy();
       const producer = f.open({ dsn, queue });
       const consumer = f.open({ dsn, queue, leaseMs: CLAIM_LEASE_MS });
       await producer.setup();
-      const first = consumeAndAck(consumer);
+      const left = consumeAndAck(consumer);
       await sleep(1000);
 
       const handed = f.proxy.count(HANDED_INSERT[engine]);
-      // The handed INSERT's reply is held while the consumer stops waiting, so the row it
-      // stored claimed comes back to the sender; its first release never reaches the server.
-      const held = f.proxy.holdReply((chunk) => chunk.includes('"g:1"'), 500);
-      const sending = settleWithin(producer.send(faultEnvelope('g:1', 1)), 20_000);
+      const held = f.proxy.holdReply((chunk) => chunk.includes(`"${key}"`), 500);
+      const sending = settleWithin(producer.send(faultEnvelope(key, 1)), 20_000);
       await held;
-      first.controller.abort();
-      await settleWithin(first.loop, 5000);
-      const refused = f.proxy.refuseNext(RELEASE_WRITE);
+      left.controller.abort();
+      await settleWithin(left.loop, 5000);
+      const armed = beforeReply();
       const outcome = await sending;
-      const sentAt = Date.now();
-      const second = consumeAndAck(consumer);
-      const wasRefused = await settleWithin(refused, 5000).then((r) => r.timeout !== true);
-      const slowest = (await lastDelivery(['g:1'], second.delivered, sentAt + CLAIM_BACK_MS[engine] + 5000)) - sentAt;
-      second.controller.abort();
-      await settleWithin(second.loop, 10_000);
-      console.log(`[given-back send ${engine}] send ${
-        outcome.error ? `rejected: ${outcome.error.message}` : 'resolved'
-      }; a release refused: ${wasRefused}; delivered after ${slowest} ms`);
-
       expect(handed.seen).toBe(1);
       expect(outcome.error).toBeUndefined();
-      expect(wasRefused).toBe(true);
-      expect([...first.delivered, ...second.delivered].map((d) => d.key)).toEqual(['g:1']);
-      expect(first.errors).toEqual([]);
-      expect(second.errors).toEqual([]);
-      expect(slowest).toBeLessThanOrEqual(CLAIM_BACK_MS[engine]);
+      expect(left.delivered).toEqual([]);
+      expect(left.errors).toEqual([]);
+      return { queue, consumer, armed, sentAt: Date.now() };
+    }
+
+    /** Consumes with `consumer` until `key` came or the bound passed; resolves when it came after `sentAt`. */
+    async function deliveredAfter(consumer, key, sentAt) {
+      const loop = consumeAndAck(consumer);
+      const after = (await lastDelivery([key], loop.delivered, sentAt + CLAIM_BACK_MS[engine] + 5000)) - sentAt;
+      loop.controller.abort();
+      await settleWithin(loop.loop, 10_000);
+      expect(loop.delivered.map((d) => d.key)).toEqual([key]);
+      expect(loop.errors).toEqual([]);
+      return after;
+    }
+
+    it(`a handed send whose consumer left for good: the sender gives it back, another process's consumer has it within ${CLAIM_BACK_MS[engine]} ms`, async () => {
+      const { queue, sentAt } = await handedToAConsumerThatLeft('g:0');
+      // On the server's own DSN: a pool of its own, as another process's consumer is.
+      const other = f.open({ dsn: f.server.dsn, queue, leaseMs: CLAIM_LEASE_MS });
+      const after = await deliveredAfter(other, 'g:0', sentAt);
+      console.log(`[given-back send ${engine}] consumer gone: another consumer had it after ${after} ms`);
+
+      expect(after).toBeLessThanOrEqual(CLAIM_BACK_MS[engine]);
+      await other.close();
+      expect(await residue(engine, { dsn: f.server.dsn, queue })).toEqual([]);
+    }, 60_000);
+
+    it(`a handed send whose consumer left and whose release fails: the send resolves, delivered within ${CLAIM_BACK_MS[engine]} ms`, async () => {
+      // Neither the sender's release nor the consumer's first (before its first claim) reaches
+      // the server: the consumer, idle, retries.
+      const { queue, consumer, armed, sentAt } = await handedToAConsumerThatLeft('g:1', () => [
+        f.proxy.refuseNext(RELEASE_WRITE),
+        f.proxy.refuseNext(RELEASE_WRITE),
+      ]);
+      const after = await deliveredAfter(consumer, 'g:1', sentAt);
+      const refused = await Promise.all(armed.map((trap) => settleWithin(trap, 5000).then((r) => r.timeout !== true)));
+      console.log(`[given-back send ${engine}] releases refused: ${refused}; delivered after ${after} ms`);
+
+      expect(refused).toEqual([true, true]);
+      expect(after).toBeLessThanOrEqual(CLAIM_BACK_MS[engine]);
       await consumer.close();
       expect(await residue(engine, { dsn: f.server.dsn, queue })).toEqual([]);
     }, 60_000);
