@@ -12,8 +12,9 @@ use crate::support::error::Result;
 
 impl<D: SqlDialect> TableQueue<D> {
     /// Stores a send of one due message claimed for an idle consumer of this process and hands
-    /// it over (see `crate::queue::hand_off`), where the dialect can and a consumer waits: its
-    /// id, or `None` when it was not stored so and goes the ordinary way.
+    /// it over (see `crate::queue::hand_off`), where the dialect can and a consumer waits: what
+    /// was stored (and whether the consumer had left), or `None` when it was not stored so and
+    /// goes the ordinary way.
     pub(super) async fn hand_off(&self, messages: &[NewMessage]) -> Result<Option<Handed>> {
         // An idle consumer's wake-up is a send of one; a batch means the queue is busy.
         let [message] = messages else {
