@@ -26,13 +26,33 @@ impl<V: Default> ByQueue<V> {
     /// The `V` of `queue` in `table`. Entries no transport holds any more are dropped when a
     /// new queue comes, so a process that opens and closes many queues keeps only the live ones.
     pub fn of(&self, table: &str, queue: &str) -> Arc<V> {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut entries = self.lock();
         let key = (table.to_owned(), queue.to_owned());
         if let Some(entry) = entries.get(&key) {
             return entry.clone();
         }
         entries.retain(|_, entry| Arc::strong_count(entry) > 1);
         entries.entry(key).or_default().clone()
+    }
+}
+
+impl<V> ByQueue<V> {
+    /// The `V` of `queue` in `table`, if a transport made it.
+    pub fn existing(&self, table: &str, queue: &str) -> Option<Arc<V>> {
+        self.lock()
+            .get(&(table.to_owned(), queue.to_owned()))
+            .cloned()
+    }
+
+    /// Runs `f` on every queue's `V`.
+    pub fn each(&self, f: impl Fn(&V)) {
+        for entry in self.lock().values() {
+            f(entry);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<QueueKey, Arc<V>>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -56,9 +76,10 @@ mod tests {
         for n in 0..1000 {
             let _held_briefly = map.of("t", &n.to_string());
         }
-        let kept = map.of("t", "kept");
+        let _kept = map.of("t", "kept");
         let _next = map.of("t", "next");
         assert_eq!(map.entries.lock().unwrap().len(), 2);
-        drop(kept);
+        assert!(map.existing("t", "kept").is_some());
+        assert!(map.existing("t", "0").is_none());
     }
 }

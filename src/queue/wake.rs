@@ -2,9 +2,9 @@
 //! on that queue. Senders in this process bump it, and so does the PostgreSQL listener when a
 //! NOTIFY for the queue arrives; idle consumers wait on it instead of spinning.
 
-use std::collections::HashMap;
+use super::by_queue::ByQueue;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -70,32 +70,24 @@ impl WakeSignal {
 /// The wake signals of one connection target (process and DSN), keyed by (table, queue).
 #[derive(Default)]
 pub struct WakeBoard {
-    signals: Mutex<HashMap<(String, String), Arc<WakeSignal>>>,
+    signals: ByQueue<WakeSignal>,
 }
 
 impl WakeBoard {
     pub fn signal(&self, table: &str, queue: &str) -> Arc<WakeSignal> {
-        let mut signals = self.signals.lock().unwrap_or_else(|p| p.into_inner());
-        signals
-            .entry((table.to_owned(), queue.to_owned()))
-            .or_default()
-            .clone()
+        self.signals.of(table, queue)
     }
 
     /// Wakes the consumers of one queue, if any exist in this process.
     pub fn wake(&self, table: &str, queue: &str) {
-        let signals = self.signals.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(signal) = signals.get(&(table.to_owned(), queue.to_owned())) {
+        if let Some(signal) = self.signals.existing(table, queue) {
             signal.wake();
         }
     }
 
     /// Wakes every consumer (the push channel changed state: they must re-check and re-plan).
     pub fn wake_all(&self) {
-        let signals = self.signals.lock().unwrap_or_else(|p| p.into_inner());
-        for signal in signals.values() {
-            signal.wake();
-        }
+        self.signals.each(WakeSignal::wake);
     }
 }
 

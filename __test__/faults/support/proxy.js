@@ -80,6 +80,18 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
     reset(link.upstream);
   }
 
+  /**
+   * In `ms`, writes the chunks gathered in `link[field]` to `socket` (if the link is still
+   * up) and stops gathering them.
+   */
+  function passLater(link, field, socket, ms) {
+    setTimeout(() => {
+      const held = link[field];
+      link[field] = undefined;
+      if (links.has(link)) for (const c of held) socket.write(c);
+    }, ms);
+  }
+
   function onClientData(link, chunk) {
     link.lastDataAt = Date.now();
     link.bytesUp += chunk.length;
@@ -94,22 +106,14 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
       const [hold] = holds.splice(holdIndex, 1);
       link.held = [chunk];
       hold.resolve({ at: Date.now(), chunk });
-      setTimeout(() => {
-        const held = link.held;
-        link.held = undefined;
-        if (links.has(link)) for (const c of held) link.upstream.write(c);
-      }, hold.ms);
+      passLater(link, 'held', link.upstream, hold.ms);
       return;
     }
     const replyHoldIndex = replyHolds.findIndex((hold) => hold.matches(chunk));
     if (replyHoldIndex >= 0) {
       const [hold] = replyHolds.splice(replyHoldIndex, 1);
       link.heldDown = [];
-      setTimeout(() => {
-        const heldDown = link.heldDown;
-        link.heldDown = undefined;
-        if (links.has(link)) for (const c of heldDown) link.client.write(c);
-      }, hold.ms);
+      passLater(link, 'heldDown', link.client, hold.ms);
       link.upstream.write(chunk);
       hold.resolve({ at: Date.now(), chunk });
       return;

@@ -34,32 +34,27 @@ impl<D: SqlDialect> TableQueue<D> {
             ClaimedInsert::Stored(rows) => {
                 let ids = rows.iter().map(|r| r.id.clone()).collect();
                 let token = rows.first().and_then(|r| r.token);
-                match taker.give(rows) {
+                let given_back = match taker.give(rows) {
                     Ok(()) => {
                         // A live claim of this process: later releases by residue spare it.
                         if let Some(token) = token {
                             self.cx.target.recent_claims.note(token);
                         }
+                        false
                     }
                     // The consumer stopped waiting meanwhile: the rows go back to the queue.
-                    // They are owed a release from now on, which the queue's next claim in
-                    // this process makes, whichever transport claims (woken here), should the
-                    // sender's own, after the send, fail: a transport that only sends never
-                    // claims.
+                    // The sender releases them after the send; recorded as owed first, they
+                    // are released by the queue's next claim in this process (whichever
+                    // transport makes it: woken here) should that fail, as a transport that
+                    // only sends never claims.
                     Err(rows) => {
                         attempt.hold(claimed_rows(&rows));
                         self.in_doubt.record(attempt);
                         self.wake.wake();
-                        return Ok(Some(Handed {
-                            ids,
-                            given_back: true,
-                        }));
+                        true
                     }
-                }
-                Ok(Some(Handed {
-                    ids,
-                    given_back: false,
-                }))
+                };
+                Ok(Some(Handed { ids, given_back }))
             }
             ClaimedInsert::NotStored => Ok(None),
             ClaimedInsert::InDoubt(err) => {
