@@ -19,6 +19,8 @@ pub(super) struct Flight {
     pub(super) lane: LaneId,
     pub(super) seqs: Vec<u32>,
     pub(super) resend: Resend,
+    /// What follows the batch's answer as stored (see `Encoded::stored`).
+    pub(super) stored: Box<dyn FnOnce() + Send>,
     pub(super) started: Instant,
 }
 

@@ -7,7 +7,7 @@
 use super::send_lane::{weight, Flight, Lane, LaneId};
 use super::settle_report::Ready;
 use crate::direct::uv;
-use crate::queue::engine::{ConnectionHold, NewMessage, Outcome};
+use crate::queue::engine::{ConnectionHold, Encoded, NewMessage, Outcome};
 use crate::support::error::Result;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
@@ -266,13 +266,18 @@ impl Link {
             return;
         }
         let (messages, seqs) = lane.take_batch();
-        let (request, resend) = lane.wire.encode(messages);
+        let Encoded {
+            request,
+            resend,
+            stored,
+        } = lane.wire.encode(messages);
         lane.in_flight += 1;
         conn.unsent.extend_from_slice(&request);
         conn.flights.push_back(Flight {
             lane: lane_id,
             seqs,
             resend,
+            stored,
             started: Instant::now(),
         });
         // The timer watches the oldest batch; `time_out` moves it on to the next one.
@@ -376,7 +381,10 @@ impl Link {
             };
             lane.in_flight = lane.in_flight.saturating_sub(1);
             match outcome {
-                Outcome::Stored(ids) => lane.settle(flight.seqs, Ok(ids)),
+                Outcome::Stored(ids) => {
+                    (flight.stored)();
+                    lane.settle(flight.seqs, Ok(ids));
+                }
                 Outcome::Failed(err) => lane.settle(flight.seqs, Err(err)),
             }
             if !answered_lanes.contains(&flight.lane) {

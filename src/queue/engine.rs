@@ -155,6 +155,16 @@ pub enum Outcome {
 /// Stores a batch again on the runtime, as the same batch.
 pub type Resend = Box<dyn FnOnce() -> BoxFuture<'static, Result<Vec<String>>> + Send>;
 
+/// A batch's request as written, and what follows its reply.
+pub struct Encoded {
+    pub request: Vec<u8>,
+    /// Run instead when the request got no answer: the batch stored on the runtime.
+    pub resend: Resend,
+    /// Run once the request is answered as stored: the batch is never sent again, and what
+    /// only a repeat of it would read can go.
+    pub stored: Box<dyn FnOnce() + Send>,
+}
+
 /// A place in a deployment's connection budget, given back when dropped.
 pub type ConnectionHold = Box<dyn Send>;
 
@@ -169,8 +179,9 @@ pub trait DirectWire: Send + Sync + 'static {
     /// Which connection this wire's requests may share: wires with the same key connect to
     /// the same server with the same credentials, so one connection serves them all.
     fn link_key(&self) -> u64;
-    /// The request storing `messages` as one batch, and how to store that batch again.
-    fn encode(&self, messages: Vec<NewMessage>) -> (Vec<u8>, Resend);
+    /// The request storing `messages` as one batch, how to store that batch again, and what
+    /// to do once it is stored.
+    fn encode(&self, messages: Vec<NewMessage>) -> Encoded;
     /// The reply at the start of `buf` to a batch of `count` and its length, `None` if
     /// incomplete; an error if the bytes are no reply at all.
     fn read_reply(&self, buf: &[u8], count: usize) -> Result<Option<(Outcome, usize)>>;

@@ -7,7 +7,7 @@ use super::resp::{self, Reply};
 use super::stream_queue::RedisQueue;
 use super::writes::{self, SendBatch, TransactionError};
 use crate::queue::engine::NewMessage;
-use crate::queue::engine::{ConnectionHold, DirectWire, Outcome, Resend};
+use crate::queue::engine::{ConnectionHold, DirectWire, Encoded, Outcome, Resend};
 use crate::support::error::{Cause, Error, Result};
 use futures_util::future::BoxFuture;
 use redis::ConnectionAddr;
@@ -163,15 +163,25 @@ impl DirectWire for RedisWire {
         })
     }
 
-    fn encode(&self, messages: Vec<NewMessage>) -> (Vec<u8>, Resend) {
+    fn encode(&self, messages: Vec<NewMessage>) -> Encoded {
         let stream = &self.queue.config.stream;
         let batch = SendBatch::new(&self.queue.config, &messages);
         let request = writes::transaction_request(stream, &batch, &messages);
+        let marker = batch.marker().map(str::to_owned);
         let batch = batch.tried();
         let queue = self.queue.clone();
         let resend: Resend =
             Box::new(move || Box::pin(async move { queue.insert_batch(&messages, batch).await }));
-        (request, resend)
+        let queue = self.queue.clone();
+        Encoded {
+            request,
+            resend,
+            stored: Box::new(move || {
+                if let Some(marker) = marker {
+                    queue.forget_marker(marker);
+                }
+            }),
+        }
     }
 
     fn read_reply(&self, buf: &[u8], count: usize) -> Result<Option<(Outcome, usize)>> {

@@ -12,6 +12,7 @@
 //! read early), `delivered` (the
 //! pending entries the queue holds, which re-reads skip), `writes` (sends, delayed adds, rejects,
 //! acks), `replies` (reply parsing, no I/O), `errors` (classification and causes),
+//! `spent_markers` (batch markers no send reads again, deleted in sets),
 //! `connection` (node, TLS, cluster), `slot` (cluster key slots), `direct` (a single node's
 //! sends on the JavaScript thread) and `resp` (reading its replies); the Lua scripts are in
 //! `scripts/`.
@@ -29,6 +30,7 @@ mod reads;
 mod replies;
 mod resp;
 pub mod slot;
+mod spent_markers;
 mod stream_queue;
 mod writes;
 

@@ -69,6 +69,11 @@ impl Drop for RedisShared {
 static TARGETS: LazyLock<Targets<RedisShared>> = LazyLock::new(Targets::default);
 
 impl RedisShared {
+    /// The shared command connection if it is open (housekeeping opens none of its own).
+    pub(super) async fn open_conn(&self) -> Option<Conn> {
+        self.commands.lock().await.clone()
+    }
+
     /// The shared command connection, made on first use. Until it exists, failures are
     /// reported at once (an unreachable server fails fast, not after minutes of retries).
     pub(super) async fn conn(&self, op: &str) -> Result<Conn> {
@@ -120,6 +125,8 @@ pub struct RedisQueue {
     pub(super) counters: std::sync::OnceLock<Arc<crate::queue::stats::Counters>>,
     /// A failure was ridden out: the next success is a reconnect.
     pub(super) riding: AtomicBool,
+    /// Markers of this stream's batches that no send will read again: the next send deletes them.
+    pub(super) spent_markers: super::spent_markers::SpentMarkers,
 }
 
 /// XAUTOCLAIM bookkeeping: run every `claimIdleMs / 2` (not on every read), cursor kept.
@@ -194,6 +201,7 @@ impl RedisQueue {
             delayed_added,
             counters: std::sync::OnceLock::new(),
             riding: AtomicBool::new(false),
+            spent_markers: Default::default(),
             config,
         })
     }

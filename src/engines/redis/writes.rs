@@ -73,6 +73,11 @@ impl SendBatch {
         self
     }
 
+    /// The key the batch is marked stored under, if it has one.
+    pub(super) fn marker(&self) -> Option<&str> {
+        self.marker.as_deref()
+    }
+
     /// Whether a second attempt can find what a first one stored: due messages need the
     /// marker, delayed ones are their own (a member with its nonce is added once).
     pub(super) fn repeatable(&self) -> bool {
@@ -252,10 +257,17 @@ impl RedisQueue {
         let mut redirects = Backoff::new(REDIRECT_PAUSE, MAX_REDIRECT_PAUSE);
         let (mut redirected, mut resent) = (0, false);
         let ids = loop {
+            let first = !batch.tried;
             let attempt = self.insert_once(messages, &batch).await;
             batch.tried = true;
             match attempt {
-                Ok(ids) => break ids,
+                Ok(ids) => {
+                    if let (true, Some(marker)) = (first, batch.marker.take()) {
+                        // Answered at its first attempt: never sent again, so never read.
+                        self.forget_marker(marker);
+                    }
+                    break ids;
+                }
                 Err(failure) if failure.redirected && redirected < MAX_REDIRECT_RESENDS => {
                     redirected += 1;
                     tokio::time::sleep(redirects.next_pause()).await;
@@ -283,6 +295,28 @@ impl RedisQueue {
             self.delayed_added.wake();
         }
         Ok(ids)
+    }
+
+    /// Notes the marker of a batch answered at its first attempt (never read again), and
+    /// deletes a full set of such markers in the background: one `DEL` on the command
+    /// connection if it is open, bounded by the connect timeout, its outcome awaited by no
+    /// send (a marker it does not delete expires).
+    pub(super) fn forget_marker(&self, marker: String) {
+        let Some(keys) = self.spent_markers.note(marker) else {
+            return;
+        };
+        let shared = self.shared.clone();
+        napi::bindgen_prelude::spawn(async move {
+            let delete = async {
+                let mut conn = shared.open_conn().await?;
+                redis::cmd("DEL")
+                    .arg(keys)
+                    .query_async::<i64>(&mut conn)
+                    .await
+                    .ok()
+            };
+            let _ = tokio::time::timeout(shared.connect_timeout, delete).await;
+        });
     }
 
     /// One attempt at storing `batch`: due messages by a transaction that marks the batch
