@@ -1,11 +1,11 @@
 //! A single node's sends on the JavaScript thread (see `crate::direct::sends`): a plain TCP
 //! connection of their own, readied here (AUTH, SELECT), and a batch's first attempt as one
-//! transaction that marks the batch stored (`writes::transaction_request`), so a batch whose
-//! reply was lost is stored once when the runtime sends it again.
+//! transaction that marks the batch stored (`send_batch::transaction_request`), so a batch
+//! whose reply was lost is stored once when the runtime sends it again.
 
 use super::resp::{self, Reply};
+use super::send_batch::{self, SendBatch, TransactionError};
 use super::stream_queue::RedisQueue;
-use super::writes::{self, SendBatch, TransactionError};
 use crate::queue::engine::NewMessage;
 use crate::queue::engine::{ConnectionHold, DirectWire, Encoded, Outcome, Resend};
 use crate::support::error::{Cause, Error, Result};
@@ -166,7 +166,7 @@ impl DirectWire for RedisWire {
     fn encode(&self, messages: Vec<NewMessage>) -> Encoded {
         let stream = &self.queue.config.stream;
         let batch = SendBatch::new(&self.queue.config, &messages);
-        let request = writes::transaction_request(stream, &batch, &messages);
+        let request = send_batch::transaction_request(stream, &batch, &messages);
         let marker = batch.marker().map(str::to_owned);
         let batch = batch.tried();
         let queue = self.queue.clone();
@@ -185,15 +185,16 @@ impl DirectWire for RedisWire {
     }
 
     fn read_reply(&self, buf: &[u8], count: usize) -> Result<Option<(Outcome, usize)>> {
-        let parsed = resp::parse_replies(buf, writes::transaction_replies(count)).map_err(|e| {
-            Error::connection(format!(
-                "Redis transport failed during \"send\": the server's reply was not RESP ({e})"
-            ))
-        })?;
+        let parsed =
+            resp::parse_replies(buf, send_batch::transaction_replies(count)).map_err(|e| {
+                Error::connection(format!(
+                    "Redis transport failed during \"send\": the server's reply was not RESP ({e})"
+                ))
+            })?;
         let Some((replies, used)) = parsed else {
             return Ok(None);
         };
-        let outcome = match writes::transaction_outcome(replies, count) {
+        let outcome = match send_batch::transaction_outcome(replies, count) {
             Ok(ids) => Outcome::Stored(ids),
             Err(TransactionError::Server(text)) => {
                 // Read back as the client library reads an error, for the same kinds.

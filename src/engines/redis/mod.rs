@@ -8,11 +8,11 @@
 //! failures are reported and ridden out), `engine` (the `Engine` impl, and the direct wire),
 //! `reads` (claims, XAUTOCLAIM), `idle_waits` (a consumer's idle wait), `idle_read` (the
 //! blocking read and poll the idle consumers share; `idle_read/tracking`, a cluster's key
-//! tracking in the read's place), `blocked` (ending a blocked
-//! read early), `delivered` (the
-//! pending entries the queue holds, which re-reads skip), `writes` (sends, delayed adds, rejects,
-//! acks), `replies` (reply parsing, no I/O), `errors` (classification and causes),
-//! `spent_markers` (batch markers no send reads again, deleted in sets),
+//! tracking in the read's place), `blocked` (ending a blocked read early), `delivered` (the
+//! pending entries the queue holds, which re-reads skip), `writes` (sends, delayed adds,
+//! rejects, acks), `send_batch` (a batch's marker and first transaction, no I/O), `replies`
+//! (reply parsing, no I/O), `errors` (classification and causes), `spent_markers` (batch
+//! markers no send reads again, deleted in sets),
 //! `connection` (node, TLS, cluster), `slot` (cluster key slots), `direct` (a single node's
 //! sends on the JavaScript thread) and `resp` (reading its replies); the Lua scripts are in
 //! `scripts/`.
@@ -29,6 +29,7 @@ mod read_budget;
 mod reads;
 mod replies;
 mod resp;
+mod send_batch;
 pub mod slot;
 mod spent_markers;
 mod stream_queue;

@@ -1,4 +1,4 @@
-//! The markers of batches whose first attempt was answered as stored (see `writes::SendBatch`).
+//! The markers of batches whose first attempt was answered as stored (see `send_batch::SendBatch`).
 //! Only a repeat of a batch reads its marker, and a batch answered at its first attempt is
 //! never sent again: its marker can go at once rather than after its minute. They are deleted
 //! a few dozen at a time, by one `DEL` on the command connection that nothing waits for, so a

@@ -7,12 +7,13 @@
 //! no second copy.
 
 use super::replies::as_string;
+use super::send_batch::{first_refusal, SendBatch, SENT_MARKER_TTL_MS, STORED_BY_TRANSACTION};
 use super::stream_queue::RedisQueue;
 use crate::queue::engine::NewMessage;
 use crate::support::backoff::Backoff;
 use crate::support::error::{Error, Result};
 use redis::{Script, Value};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -22,185 +23,6 @@ static ADD_DELAYED: LazyLock<Script> =
 static REDELIVER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/redeliver.lua")));
 static SETTLE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/settle.lua")));
-
-/// How long the marker of a stored batch is kept: a batch is sent again at once or never.
-const SENT_MARKER_TTL_MS: u64 = 60_000;
-
-/// What makes the attempts at one batch the same batch: the key its due messages are marked
-/// stored under, and the nonces of its delayed ones. A repeat of an attempt whose reply was
-/// lost then stores nothing twice: the script finds the marker, the delayed members exist.
-pub(super) struct SendBatch {
-    marker: Option<String>,
-    /// An attempt at this batch has gone out: any further one must find what it stored, so
-    /// its due messages go through the insert script rather than a first transaction.
-    tried: bool,
-    /// Per message: its nonce if it is delayed (due ones need none: the marker covers them).
-    nonces: Vec<Option<String>>,
-}
-
-/// A name no other batch has: this process's random id and a counter (one random draw per
-/// process rather than per send, each draw being a system call).
-fn batch_name() -> String {
-    static PROCESS: LazyLock<uuid::Uuid> = LazyLock::new(uuid::Uuid::new_v4);
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    format!("sent:{}-{}", *PROCESS, NEXT.fetch_add(1, Ordering::Relaxed))
-}
-
-impl SendBatch {
-    /// On a cluster, no marker: while the stream's slot migrates, a script over the stream and
-    /// a marker that is not there yet is refused (TRYAGAIN) until the move ends, holding sends
-    /// up; there a batch goes as one pipeline of XADDs, as upstream sends.
-    pub(super) fn new(config: &super::StreamConfig, messages: &[NewMessage]) -> Self {
-        let marker = if config.connect.cluster {
-            None
-        } else {
-            config.beside(&batch_name())
-        };
-        let nonces = messages
-            .iter()
-            .map(|m| (m.delay_ms > 0.0).then(|| uuid::Uuid::new_v4().to_string()))
-            .collect();
-        Self {
-            marker,
-            tried: false,
-            nonces,
-        }
-    }
-
-    /// Notes that an attempt at this batch went out (its outcome unknown until answered).
-    pub(super) fn tried(mut self) -> Self {
-        self.tried = true;
-        self
-    }
-
-    /// The key the batch is marked stored under, if it has one.
-    pub(super) fn marker(&self) -> Option<&str> {
-        self.marker.as_deref()
-    }
-
-    /// Whether a second attempt can find what a first one stored: due messages need the
-    /// marker, delayed ones are their own (a member with its nonce is added once).
-    pub(super) fn repeatable(&self) -> bool {
-        self.marker.is_some() || self.nonces.iter().all(Option::is_some)
-    }
-}
-
-/// What a transaction's first attempt at a batch leaves under the batch's marker: the batch
-/// was stored, by entries the transaction did not record (the insert script records ids).
-const STORED_BY_TRANSACTION: &str = "*";
-
-/// The first attempt at storing the due `messages` of `batch` (which has a marker) as one
-/// transaction, as the bytes sent: `MULTI`, an `XADD` per message, the marker's `SET`,
-/// `EXEC`. Cheaper for the server than the insert script (no script to run, no `GET`), and
-/// as safe to repeat: a repeat goes through the insert script, which finds the marker and
-/// the entries the transaction stored. Its replies are read by `transaction_outcome`.
-pub(super) fn transaction_request(
-    stream: &str,
-    batch: &SendBatch,
-    messages: &[NewMessage],
-) -> Vec<u8> {
-    use super::resp::push_command;
-    let size: usize = messages
-        .iter()
-        .map(|m| m.body.len() + m.headers.len() + stream.len() + 64)
-        .sum();
-    let mut request = Vec::with_capacity(size + 128);
-    push_command(&mut request, &[b"MULTI"]);
-    for m in messages {
-        push_command(
-            &mut request,
-            &[
-                b"XADD",
-                stream.as_bytes(),
-                b"*",
-                b"body",
-                m.body.as_bytes(),
-                b"headers",
-                m.headers.as_bytes(),
-            ],
-        );
-    }
-    let marker = batch.marker.as_deref().unwrap_or_default();
-    let mut ttl = itoa::Buffer::new();
-    let ttl = ttl.format(SENT_MARKER_TTL_MS);
-    push_command(
-        &mut request,
-        &[
-            b"SET",
-            marker.as_bytes(),
-            STORED_BY_TRANSACTION.as_bytes(),
-            b"PX",
-            ttl.as_bytes(),
-        ],
-    );
-    push_command(&mut request, &[b"EXEC"]);
-    request
-}
-
-/// How many replies a transaction of `count` messages gets: `MULTI`'s, one per queued
-/// command (the `XADD`s and the marker's `SET`), and `EXEC`'s.
-pub(super) fn transaction_replies(count: usize) -> usize {
-    count + 3
-}
-
-/// What the replies to a transaction of `count` messages say. A command refused while queued
-/// (an out-of-memory or ACL refusal) makes the server discard the whole transaction:
-/// nothing ran, and the first refusal is the answer. Otherwise `EXEC` answers each command
-/// in order: the entries' ids, or the error an `XADD` met (a key of another type).
-pub(super) fn transaction_outcome(
-    replies: Vec<super::resp::Reply>,
-    count: usize,
-) -> std::result::Result<Vec<String>, TransactionError> {
-    use super::resp::Reply;
-    let mut replies = replies.into_iter();
-    let exec = replies.next_back();
-    if let Some(refused) = replies.find_map(|r| match r {
-        Reply::Error(text) => Some(text),
-        _ => None,
-    }) {
-        return Err(TransactionError::Server(refused));
-    }
-    match exec {
-        Some(Reply::Array(Some(mut answers))) if answers.len() == count + 1 => {
-            answers.truncate(count);
-            answers
-                .into_iter()
-                .map(|answer| match answer {
-                    Reply::Bulk(Some(id)) => {
-                        String::from_utf8(id).map_err(|_| TransactionError::Unexpected)
-                    }
-                    Reply::Error(text) => Err(TransactionError::Server(text)),
-                    _ => Err(TransactionError::Unexpected),
-                })
-                .collect()
-        }
-        Some(Reply::Error(text)) => Err(TransactionError::Server(text)),
-        _ => Err(TransactionError::Unexpected),
-    }
-}
-
-/// A transaction the server discarded because it refused a command while queuing it
-/// (`EXECABORT`) stored nothing, and the first refusal says why: `LOADING` after a restart,
-/// `OOM`, an ACL. Answered as that refusal, it is classified as the same command alone would
-/// be (a server still loading is a connection failure, as for any command, not a failed send).
-fn first_refusal(error: redis::RedisError) -> redis::RedisError {
-    if error.kind() != redis::ErrorKind::Server(redis::ServerErrorKind::ExecAbort) {
-        return error;
-    }
-    match error.clone().into_server_errors().as_deref() {
-        Some([(_, first), ..]) => first.clone().into(),
-        _ => error,
-    }
-}
-
-/// Why a transaction stored nothing.
-#[derive(Debug, PartialEq)]
-pub(super) enum TransactionError {
-    /// The server's error reply, as it sent it (without the leading `-`).
-    Server(String),
-    /// A reply no transaction of the request's shape gets.
-    Unexpected,
-}
 
 /// A failed attempt at storing a batch.
 pub(super) struct InsertFailure {
@@ -564,10 +386,10 @@ fn id_range(ids: &[String]) -> Option<(&str, &str)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{
-        id_range, transaction_outcome, transaction_replies, InsertFailure, SendBatch,
-        TransactionError,
+    use super::super::send_batch::{
+        transaction_outcome, transaction_replies, SendBatch, TransactionError,
     };
+    use super::{id_range, InsertFailure};
     use crate::queue::engine::NewMessage;
     use crate::support::error::Error;
 
