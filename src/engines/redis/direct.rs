@@ -167,7 +167,7 @@ impl DirectWire for RedisWire {
         let stream = &self.queue.config.stream;
         let batch = SendBatch::new(&self.queue.config, &messages);
         let request = send_batch::transaction_request(stream, &batch, &messages);
-        let marker = batch.marker().map(str::to_owned);
+        let marker = batch.marker.clone();
         let batch = batch.tried();
         let queue = self.queue.clone();
         let resend: Resend =

@@ -57,11 +57,6 @@ impl SendBatch {
         self
     }
 
-    /// The key the batch is marked stored under, if it has one.
-    pub(super) fn marker(&self) -> Option<&str> {
-        self.marker.as_deref()
-    }
-
     /// Whether a second attempt can find what a first one stored: due messages need the
     /// marker, delayed ones are their own (a member with its nonce is added once).
     pub(super) fn repeatable(&self) -> bool {

@@ -125,7 +125,8 @@ pub struct RedisQueue {
     pub(super) counters: std::sync::OnceLock<Arc<crate::queue::stats::Counters>>,
     /// A failure was ridden out: the next success is a reconnect.
     pub(super) riding: AtomicBool,
-    /// Markers of this stream's batches that no send will read again: the next send deletes them.
+    /// Markers of this stream's batches that no send will read again, waiting to be deleted
+    /// a full set at a time (`forget_marker`).
     pub(super) spent_markers: super::spent_markers::SpentMarkers,
 }
 
