@@ -41,6 +41,8 @@ pub(super) struct Conn {
     /// How much of `unsent` is written.
     pub(super) written: usize,
     pub(super) received: Vec<u8>,
+    /// What each read fills: kept, so a read does not zero a fresh buffer every time.
+    pub(super) read_chunk: Box<[u8]>,
     pub(super) flights: VecDeque<Flight>,
 }
 
@@ -221,6 +223,7 @@ impl Link {
             unsent: Vec::new(),
             written: 0,
             received: Vec::new(),
+            read_chunk: vec![0; READ_CHUNK].into_boxed_slice(),
             flights: VecDeque::new(),
         });
     }
@@ -323,9 +326,9 @@ impl Link {
 
     /// Reads what arrived; false when the connection ended or failed.
     fn receive(conn: &mut Conn) -> bool {
-        let mut chunk = [0u8; READ_CHUNK];
+        let chunk = &mut conn.read_chunk;
         loop {
-            match conn.socket.read(&mut chunk) {
+            match conn.socket.read(chunk) {
                 Ok(0) => return false,
                 Ok(read) => {
                     conn.received.extend_from_slice(&chunk[..read]);
