@@ -38,7 +38,9 @@ impl RedisWire {
             return None;
         };
         // Without a marker key beside the stream, a batch could not be sent again safely.
-        queue.config.beside("sent:probe")?;
+        if !queue.marker_names.available() {
+            return None;
+        }
         let settings = info.redis_settings();
         if settings.protocol() != redis::ProtocolVersion::RESP2 {
             return None;
@@ -165,7 +167,7 @@ impl DirectWire for RedisWire {
 
     fn encode(&self, messages: Vec<NewMessage>) -> Encoded {
         let stream = &self.queue.config.stream;
-        let batch = SendBatch::new(&self.queue.config, &messages);
+        let batch = SendBatch::new(&self.queue.marker_names, &messages);
         let request = send_batch::transaction_request(stream, &batch, &messages);
         let marker = batch.marker.clone();
         let batch = batch.tried();

@@ -78,7 +78,7 @@ impl Engine for RedisQueue {
 
     fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
-            let batch = SendBatch::new(&self.config, &messages);
+            let batch = SendBatch::new(&self.marker_names, &messages);
             self.insert_batch(&messages, batch).await
         })
     }

@@ -22,30 +22,56 @@ pub(super) struct SendBatch {
     pub(super) nonces: Vec<Option<String>>,
 }
 
-/// A name no other batch has: this process's random id and a counter (one random draw per
-/// process rather than per send, each draw being a system call).
-fn batch_name() -> String {
-    static PROCESS: LazyLock<uuid::Uuid> = LazyLock::new(uuid::Uuid::new_v4);
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    format!("sent:{}-{}", *PROCESS, NEXT.fetch_add(1, Ordering::Relaxed))
+/// The names of one stream's batch markers: a key beside the stream ending in this process's
+/// random id, worked out once per queue, then a counter. A name no other batch has, made
+/// with one allocation per send (one random draw per process, each draw being a system
+/// call). The counter cannot move the name off the stream's slot: the part a slot is hashed
+/// from is settled before it (`slot::beside`).
+pub(super) struct MarkerNames {
+    /// `None` on a cluster (see `SendBatch::new`), or where no simple key shares the stream's
+    /// slot.
+    prefix: Option<String>,
+}
+
+impl MarkerNames {
+    pub(super) fn for_stream(config: &super::StreamConfig) -> Self {
+        static PROCESS: LazyLock<uuid::Uuid> = LazyLock::new(uuid::Uuid::new_v4);
+        let prefix = if config.connect.cluster {
+            None
+        } else {
+            config.beside(&format!("sent:{}-", *PROCESS))
+        };
+        Self { prefix }
+    }
+
+    /// Whether this stream's batches get markers (and so can be sent again safely).
+    pub(super) fn available(&self) -> bool {
+        self.prefix.is_some()
+    }
+
+    fn next(&self) -> Option<String> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let prefix = self.prefix.as_deref()?;
+        let mut count = itoa::Buffer::new();
+        let count = count.format(NEXT.fetch_add(1, Ordering::Relaxed));
+        let mut name = String::with_capacity(prefix.len() + count.len());
+        name.push_str(prefix);
+        name.push_str(count);
+        Some(name)
+    }
 }
 
 impl SendBatch {
     /// On a cluster, no marker: while the stream's slot migrates, a script over the stream and
     /// a marker that is not there yet is refused (TRYAGAIN) until the move ends, holding sends
     /// up; there a batch goes as one pipeline of XADDs, as upstream sends.
-    pub(super) fn new(config: &super::StreamConfig, messages: &[NewMessage]) -> Self {
-        let marker = if config.connect.cluster {
-            None
-        } else {
-            config.beside(&batch_name())
-        };
+    pub(super) fn new(names: &MarkerNames, messages: &[NewMessage]) -> Self {
         let nonces = messages
             .iter()
             .map(|m| (m.delay_ms > 0.0).then(|| uuid::Uuid::new_v4().to_string()))
             .collect();
         Self {
-            marker,
+            marker: names.next(),
             tried: false,
             nonces,
         }

@@ -128,6 +128,8 @@ pub struct RedisQueue {
     /// Markers of this stream's batches that no send will read again, waiting to be deleted
     /// a full set at a time (`forget_marker`).
     pub(super) spent_markers: super::spent_markers::SpentMarkers,
+    /// The names this stream's batch markers get.
+    pub(super) marker_names: super::send_batch::MarkerNames,
 }
 
 /// XAUTOCLAIM bookkeeping: run every `claimIdleMs / 2` (not on every read), cursor kept.
@@ -203,6 +205,7 @@ impl RedisQueue {
             counters: std::sync::OnceLock::new(),
             riding: AtomicBool::new(false),
             spent_markers: Default::default(),
+            marker_names: super::send_batch::MarkerNames::for_stream(&config),
             config,
         })
     }

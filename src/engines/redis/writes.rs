@@ -387,7 +387,7 @@ fn id_range(ids: &[String]) -> Option<(&str, &str)> {
 #[cfg(test)]
 mod tests {
     use super::super::send_batch::{
-        transaction_outcome, transaction_replies, SendBatch, TransactionError,
+        transaction_outcome, transaction_replies, MarkerNames, SendBatch, TransactionError,
     };
     use super::{id_range, InsertFailure};
     use crate::queue::engine::NewMessage;
@@ -414,6 +414,10 @@ mod tests {
         }
     }
 
+    fn names(key_prefix: &str, stream: &str, cluster: bool) -> MarkerNames {
+        MarkerNames::for_stream(&config(key_prefix, stream, cluster))
+    }
+
     fn dropped() -> InsertFailure {
         InsertFailure {
             dropped: true,
@@ -423,7 +427,7 @@ mod tests {
 
     #[test]
     fn a_batch_found_dropped_is_sent_again_once_when_its_first_copy_would_be_found() {
-        let single_node = SendBatch::new(&config("", "messenger:s", false), &[message(0.0)]);
+        let single_node = SendBatch::new(&names("", "messenger:s", false), &[message(0.0)]);
         assert!(dropped().may_send_again(&single_node, false));
         assert!(!dropped().may_send_again(&single_node, true));
         let timed_out: InsertFailure = Error::connection("timeout").into();
@@ -433,10 +437,10 @@ mod tests {
     #[test]
     fn a_cluster_batch_with_due_messages_is_not_sent_again() {
         let due = [message(0.0), message(500.0)];
-        let cluster = SendBatch::new(&config("", "messenger:{s}", true), &due);
+        let cluster = SendBatch::new(&names("", "messenger:{s}", true), &due);
         assert!(!dropped().may_send_again(&cluster, false));
         // Delayed members carry their own nonce: a repeat adds each once.
-        let delayed = SendBatch::new(&config("", "messenger:{s}", true), &[message(500.0)]);
+        let delayed = SendBatch::new(&names("", "messenger:{s}", true), &[message(500.0)]);
         assert!(dropped().may_send_again(&delayed, false));
     }
 
@@ -447,10 +451,42 @@ mod tests {
             ("app:", "messenger:{s}", "app:messenger:{s}:sent:"),
             ("", "plain", "{plain}:sent:"),
         ] {
-            let batch = SendBatch::new(&config(prefix, stream, false), &[message(0.0)]);
+            let batch = SendBatch::new(&names(prefix, stream, false), &[message(0.0)]);
             let marker = batch.marker.expect("a marker on a single node");
             assert!(marker.starts_with(start), "{marker}");
         }
+    }
+
+    #[test]
+    fn every_batch_marker_is_new_and_shares_its_streams_slot() {
+        use super::super::slot::slot;
+        for stream in [
+            "messages",
+            "messenger:{orders}",
+            "a:{b}:c",
+            "a{b",
+            "a{}b",
+            "x}y",
+        ] {
+            let names = names("", stream, false);
+            let markers: Vec<String> = (0..3)
+                .filter_map(|_| SendBatch::new(&names, &[message(0.0)]).marker)
+                .collect();
+            assert_eq!(
+                markers.len(),
+                if names.available() { 3 } else { 0 },
+                "{stream}"
+            );
+            for marker in &markers {
+                assert_eq!(slot(marker), slot(stream), "{marker}");
+            }
+            assert!(
+                markers.windows(2).all(|pair| pair[0] != pair[1]),
+                "{markers:?}"
+            );
+        }
+        assert!(names("", "messages", false).available());
+        assert!(!names("", "messenger:{s}", true).available());
     }
 
     #[test]
