@@ -26,18 +26,13 @@ export declare class NativeQueue {
    * whether sends may be served on this thread's event loop: only where the host is
    * Node.js itself (other runtimes export libuv's names as stubs that crash).
    */
-  onSendsSettled(callback: (arg: SettledSends) => void, directSends?: boolean | undefined | null): void
+  onSendsSettled(callback: (seqs: number[], ids: string, errors: Array<string | null> | null) => void, directSends?: boolean | undefined | null): void
   /**
    * Stores one message as send `seq`; sends in flight together share one INSERT and
    * keep the order of the calls. The id (or the failure) comes back through the
    * `onSendsSettled` callback; a message the storage is known to refuse throws here.
    */
   sendQueued(seq: number, body: string, headers: string, delayMs: number): void
-  /**
-   * Keeps the event loop alive while JavaScript waits on sends (from the first one
-   * queued until the last one settled); `false` lets it go.
-   */
-  holdLoop(hold: boolean): void
   /**
    * The next prefetched message as `[id, body, headers]`, or null when the buffer is
    * empty. Never waits.
@@ -239,18 +234,6 @@ export interface RedisQueueOptions {
   overrides?: RedisOverrides
   /** The most connections this process opens to the node, for every transport on it. */
   maxConnections?: number
-}
-
-/** Sends that settled together, by the sequence numbers JavaScript gave them. */
-export interface SettledSends {
-  seqs: Array<number>
-  /** The ids, in the order of `seqs`, joined by line breaks (`''` for a send that failed). */
-  ids: string
-  /**
-   * Absent when every send was stored; else, in the order of `seqs`, the error (coded as every
-   * native error is) each failed with, or null.
-   */
-  errors?: Array<string | undefined | null>
 }
 
 /**

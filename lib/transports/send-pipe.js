@@ -10,7 +10,7 @@ const DIRECT_SENDS = isNodeHost();
  * A queue's sends as promises, settled in batches: each send is queued by a sync native call
  * under a sequence number, and the native side reports every send that settled meanwhile in
  * one callback (see src/queue/completions.rs). While a send is waited on, the native callback keeps
- * the event loop alive, as a pending native promise would.
+ * the event loop alive, as a pending native promise would (src/napi/loop_hold.rs).
  */
 class SendPipe {
   #queue;
@@ -40,7 +40,7 @@ class SendPipe {
    */
   send(body, headers, delayMs) {
     if (!this.#started) {
-      nativeSync(() => this.#queue.onSendsSettled((settled) => this.#settle(settled), DIRECT_SENDS));
+      nativeSync(() => this.#queue.onSendsSettled((seqs, ids, errors) => this.#settle(seqs, ids, errors), DIRECT_SENDS));
       this.#started = true;
     }
     const seq = this.#next;
@@ -50,15 +50,15 @@ class SendPipe {
     } catch (error) {
       throw fromNative(error);
     }
-    if (this.#waiting.size === 0) this.#queue.holdLoop(true);
     return new Promise((resolve, reject) => this.#waiting.set(seq, { resolve, reject }));
   }
 
   /**
-   * @param {{ seqs: number[], ids: string, errors?: Array<string | null> | null }} settled `ids`
-   * joined by line breaks, in the order of `seqs`; no `errors` when every send was stored
+   * @param {number[]} seqs the sends that settled
+   * @param {string} ids their ids, joined by line breaks, in the order of `seqs`
+   * @param {Array<string | null> | null} errors null when every send was stored
    */
-  #settle({ seqs, ids, errors }) {
+  #settle(seqs, ids, errors) {
     const idList = ids.split('\n');
     let settled = 0;
     for (let i = 0; i < seqs.length; i += 1) {
@@ -70,7 +70,6 @@ class SendPipe {
       if (error === null || error === undefined) waiter.resolve(idList[i]);
       else waiter.reject(fromNative(new Error(error)));
     }
-    if (this.#waiting.size === 0) this.#queue.holdLoop(false);
     if (settled > 0) this.#onSettled(settled);
   }
 }

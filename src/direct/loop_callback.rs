@@ -55,14 +55,14 @@ impl LoopCallback {
         })
     }
 
-    /// Calls the function with the value `argument` makes. Returns false if it could not be
+    /// Calls the function with the values `arguments` makes. Returns false if it could not be
     /// called (the environment is going away): the caller reports another way.
     ///
     /// # Safety
     /// On the JavaScript thread, from a libuv callback (no napi call running).
     pub unsafe fn call(
         &self,
-        argument: impl FnOnce(sys::napi_env) -> napi::Result<sys::napi_value>,
+        arguments: impl FnOnce(sys::napi_env) -> napi::Result<Vec<sys::napi_value>>,
     ) -> bool {
         let env = self.env;
         let mut scope = ptr::null_mut();
@@ -72,7 +72,7 @@ impl LoopCallback {
             return false;
         }
         // SAFETY: inside the scope opened above, on the JavaScript thread.
-        let called = unsafe { self.call_in_scope(argument) };
+        let called = unsafe { self.call_in_scope(arguments) };
         // SAFETY: the scope opened above, closed once.
         unsafe { sys::napi_close_handle_scope(env, scope) };
         called
@@ -80,7 +80,7 @@ impl LoopCallback {
 
     unsafe fn call_in_scope(
         &self,
-        argument: impl FnOnce(sys::napi_env) -> napi::Result<sys::napi_value>,
+        arguments: impl FnOnce(sys::napi_env) -> napi::Result<Vec<sys::napi_value>>,
     ) -> bool {
         let env = self.env;
         let mut function = ptr::null_mut();
@@ -96,9 +96,9 @@ impl LoopCallback {
                 return false;
             }
         }
-        // Everything that can fail before the call is behind: from here the argument is
+        // Everything that can fail before the call is behind: from here the arguments are
         // JavaScript's, and a failure past this point is an environment going away.
-        let Ok(value) = argument(env) else {
+        let Ok(values) = arguments(env) else {
             return false;
         };
         let mut result = ptr::null_mut();
@@ -109,8 +109,8 @@ impl LoopCallback {
                 self.context,
                 receiver,
                 function,
-                1,
-                &value,
+                values.len(),
+                values.as_ptr(),
                 &mut result,
             )
         };

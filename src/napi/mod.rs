@@ -15,6 +15,8 @@ pub mod text;
 #[cfg(not(test))]
 mod functions;
 #[cfg(not(test))]
+mod loop_hold;
+#[cfg(not(test))]
 mod native_queue;
 #[cfg(not(test))]
 mod options;

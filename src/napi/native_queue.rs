@@ -2,9 +2,10 @@
 //! sends, claims and settles, each method a conversion around a call into `queue::Queue` (or,
 //! for a send the host's event loop can serve, `direct::sends`).
 
+use super::loop_hold::LoopHold;
 use super::message::JsMessage;
 use super::options::{self, millis, RedisQueueOptions, SqlQueueOptions};
-use super::settled_sends::{settled_sends, SendReporter, SettledSends, SettledTsfn};
+use super::settled_sends::{settled_sends, SettledSends, SettledTsfn};
 use super::text::JsText;
 use super::values::{NativeEvent, NativeHealth, NativeMessage, NativeStats};
 use crate::direct::loop_callback;
@@ -15,9 +16,19 @@ use crate::queue::engine::NewMessage;
 use crate::queue::Queue;
 use crate::support::error::Error;
 use napi::bindgen_prelude::within_runtime_if_available;
-use napi::bindgen_prelude::JsValue;
+use napi::bindgen_prelude::{JsValue, JsValuesTupleIntoVec};
 use napi::Env;
 use std::sync::Arc;
+
+/// Where a queue's sends settle, once `onSendsSettled` set it.
+struct SendReporter {
+    /// Queues a send on the runtime's path (group commit, settled through `completions`).
+    to_runtime: ToRuntime,
+    /// Weak (it keeps no event loop alive) except while JavaScript waits on a send.
+    tsfn: Arc<std::sync::Mutex<SettledTsfn>>,
+    /// Holds `tsfn` while JavaScript waits on a send.
+    hold: Arc<LoopHold>,
+}
 
 /// One queue (a table's queue, or a stream), bound to the process-wide connections of its DSN.
 #[napi]
@@ -67,7 +78,10 @@ impl NativeQueue {
     /// later calls are ignored). Call before the first `sendQueued`. `directSends` says
     /// whether sends may be served on this thread's event loop: only where the host is
     /// Node.js itself (other runtimes export libuv's names as stubs that crash).
-    #[napi(catch_unwind)]
+    #[napi(
+        catch_unwind,
+        ts_args_type = "callback: (seqs: number[], ids: string, errors: Array<string | null> | null) => void, directSends?: boolean | undefined | null"
+    )]
     pub fn on_sends_settled(
         &self,
         env: &Env,
@@ -78,12 +92,18 @@ impl NativeQueue {
         if sends.is_some() {
             return Ok(());
         }
+        let hold = Arc::new(LoopHold::default());
+        let reported = hold.clone();
         let tsfn: SettledTsfn = callback
             .build_threadsafe_function::<Vec<completions::Settled<String>>>()
             .callee_handled::<false>()
             .weak::<true>()
-            .build_callback(|ctx| Ok(settled_sends(ctx.value)))?;
+            .build_callback(move |ctx| {
+                reported.reported(&ctx.env, ctx.value.len());
+                Ok(settled_sends(ctx.value))
+            })?;
         let tsfn = Arc::new(std::sync::Mutex::new(tsfn));
+        hold.bind(Arc::downgrade(&tsfn));
         let reporter = tsfn.clone();
         let report: Report = Arc::new(move |batch| {
             // Fails only once the environment is tearing down: nobody is waiting.
@@ -112,6 +132,7 @@ impl NativeQueue {
         *sends = Some(SendReporter {
             to_runtime: to_runtime.clone(),
             tsfn,
+            hold: hold.clone(),
         });
         if direct_sends != Some(true) {
             return Ok(());
@@ -121,24 +142,25 @@ impl NativeQueue {
         // just has no direct path.
         // SAFETY: inside this napi call, on its thread; `callback` is a function.
         let here = unsafe { loop_callback::LoopCallback::new(env.raw(), callback.raw()) };
+        let raw_env = env.raw();
         let report_here = here.map(|here| -> LoopReport {
             std::rc::Rc::new(move |batch| {
+                let count = batch.len();
                 let mut batch = Some(batch);
                 // SAFETY: the direct path calls this only from its loop callbacks.
                 let called = unsafe {
                     here.call(|env| {
                         let settled = settled_sends(batch.take().unwrap_or_default());
                         // On the env's thread, inside the scope `call` opened.
-                        <SettledSends as napi::bindgen_prelude::ToNapiValue>::to_napi_value(
-                            env, settled,
-                        )
+                        <SettledSends as JsValuesTupleIntoVec>::into_vec(settled, env)
                     })
                 };
-                if called {
-                    None
-                } else {
-                    batch
+                if !called {
+                    return batch;
                 }
+                // After the call: sends made in its promise jobs are counted by now.
+                hold.reported(&Env::from_raw(raw_env), count);
+                None
             })
         });
         *self.direct.lock().unwrap_or_else(|p| p.into_inner()) = DirectSends::new(
@@ -161,45 +183,29 @@ impl NativeQueue {
     )]
     pub fn send_queued(
         &self,
+        env: &Env,
         seq: u32,
         body: JsText,
         headers: JsText,
         delay_ms: f64,
     ) -> napi::Result<()> {
-        let mut message = NewMessage::new(body.0, headers.0, delay_ms);
+        let message = NewMessage::new(body.0, headers.0, delay_ms);
         let sends = self.sends.lock().unwrap_or_else(|p| p.into_inner());
         let Some(reporter) = sends.as_ref() else {
             return Err(Error::transport("sendQueued() before onSendsSettled().").into());
         };
-        if let Some(direct) = self
-            .direct
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            match direct.try_send(seq, message)? {
-                None => return Ok(()),
-                Some(back) => message = back,
-            }
+        let direct = self.direct.lock().unwrap_or_else(|p| p.into_inner());
+        let taken_here = match direct.as_ref() {
+            // Handed back when the direct path does not take it.
+            Some(direct) => direct.try_send(seq, message)?,
+            None => Some(message),
+        };
+        drop(direct);
+        if let Some(message) = taken_here {
+            (reporter.to_runtime)(seq, message)?;
         }
-        Ok((reporter.to_runtime)(seq, message)?)
-    }
-
-    /// Keeps the event loop alive while JavaScript waits on sends (from the first one
-    /// queued until the last one settled); `false` lets it go.
-    #[napi(catch_unwind)]
-    #[allow(deprecated)] // napi-rs's own way to (un)ref a threadsafe function.
-    pub fn hold_loop(&self, env: &Env, hold: bool) -> napi::Result<()> {
-        let mut sends = self.sends.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(reporter) = sends.as_mut() {
-            let mut tsfn = reporter.tsfn.lock().unwrap_or_else(|p| p.into_inner());
-            if hold {
-                tsfn.refer(env)?;
-            } else {
-                tsfn.unref(env)?;
-            }
-        }
-        Ok(())
+        // Counted once queued, whatever path it took: its report is on its way.
+        reporter.hold.queued(env, &reporter.tsfn)
     }
 
     /// The next prefetched message as `[id, body, headers]`, or null when the buffer is
