@@ -22,16 +22,16 @@ impl LoopHold {
         let _ = self.callback.set(callback);
     }
 
-    /// A send was queued; called on the JavaScript thread.
+    /// A send was queued; called on the JavaScript thread, once the send is on its way (so
+    /// nothing here may fail it: a ref that fails leaves the loop as it was).
     #[allow(deprecated)] // napi-rs's own way to (un)ref a threadsafe function.
-    pub(super) fn queued(&self, env: &Env, callback: &Mutex<SettledTsfn>) -> napi::Result<()> {
+    pub(super) fn queued(&self, env: &Env, callback: &Mutex<SettledTsfn>) {
         if self.awaited.fetch_add(1, Ordering::AcqRel) == 0 {
-            callback
+            let _ = callback
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .refer(env)?;
+                .refer(env);
         }
-        Ok(())
     }
 
     /// `count` sends were reported to JavaScript; called on the JavaScript thread. After the

@@ -156,6 +156,11 @@ impl NativeQueue {
                     })
                 };
                 if !called {
+                    if batch.is_none() {
+                        // Taken, then the call failed (the environment is going away): no
+                        // report is coming for these sends, so they hold the loop no more.
+                        hold.reported(&Env::from_raw(raw_env), count);
+                    }
                     return batch;
                 }
                 // After the call: sends made in its promise jobs are counted by now.
@@ -205,7 +210,8 @@ impl NativeQueue {
             (reporter.to_runtime)(seq, message)?;
         }
         // Counted once queued, whatever path it took: its report is on its way.
-        reporter.hold.queued(env, &reporter.tsfn)
+        reporter.hold.queued(env, &reporter.tsfn);
+        Ok(())
     }
 
     /// The next prefetched message as `[id, body, headers]`, or null when the buffer is

@@ -25,8 +25,9 @@ pub(super) struct SendBatch {
 /// The names of one stream's batch markers: a key beside the stream ending in this process's
 /// random id, worked out once per queue, then a counter. A name no other batch has, made
 /// with one allocation per send (one random draw per process, each draw being a system
-/// call). The counter cannot move the name off the stream's slot: the part a slot is hashed
-/// from is settled before it (`slot::beside`).
+/// call). The prefix must hash by a tag that closes before the counter, so that the counter
+/// cannot move a name off the stream's slot (`slot::beside` makes one unless the stream's
+/// name defeats it, e.g. one that starts with `}`: such a stream gets no markers).
 pub(super) struct MarkerNames {
     /// `None` on a cluster (see `SendBatch::new`), or where no simple key shares the stream's
     /// slot.
@@ -39,7 +40,10 @@ impl MarkerNames {
         let prefix = if config.connect.cluster {
             None
         } else {
-            config.beside(&format!("sent:{}-", *PROCESS))
+            config.beside(&format!("sent:{}-", *PROCESS)).filter(|key| {
+                key.strip_prefix(config.key_prefix.as_str())
+                    .is_some_and(super::slot::is_tagged)
+            })
         };
         Self { prefix }
     }

@@ -32,6 +32,11 @@ fn hashed_part(key: &[u8]) -> &[u8] {
     key
 }
 
+/// Whether the key's slot comes from a tag (so text after the tag cannot change it).
+pub fn is_tagged(key: &str) -> bool {
+    hashed_part(key.as_bytes()).len() < key.len()
+}
+
 pub fn slot(key: &str) -> u16 {
     crc16(hashed_part(key.as_bytes())) % SLOTS
 }

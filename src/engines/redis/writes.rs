@@ -467,6 +467,7 @@ mod tests {
             "a{b",
             "a{}b",
             "x}y",
+            "}x",
         ] {
             let names = names("", stream, false);
             let markers: Vec<String> = (0..3)
@@ -486,6 +487,8 @@ mod tests {
             );
         }
         assert!(names("", "messages", false).available());
+        assert!(names("app:", "messenger:{s}", false).available());
+        assert!(!names("", "}x", false).available());
         assert!(!names("", "messenger:{s}", true).available());
     }
 
