@@ -34,9 +34,9 @@ impl LoopHold {
         }
     }
 
-    /// `count` sends were reported to JavaScript; called on the JavaScript thread. After the
-    /// report where one is made straight from the loop (sends its promises' jobs queued
-    /// meanwhile are counted by then, so a sequential sender keeps the loop held throughout).
+    /// `count` sends were reported to JavaScript; called on the JavaScript thread. A report
+    /// made straight from the loop calls this after JavaScript ran: the sends its promise jobs
+    /// queued meanwhile are counted by then, so a sequential sender keeps the loop held.
     #[allow(deprecated)]
     pub(super) fn reported(&self, env: &Env, count: usize) {
         let before = self

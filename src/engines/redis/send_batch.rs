@@ -29,8 +29,7 @@ pub(super) struct SendBatch {
 /// cannot move a name off the stream's slot (`slot::beside` makes one unless the stream's
 /// name defeats it, e.g. one that starts with `}`: such a stream gets no markers).
 pub(super) struct MarkerNames {
-    /// `None` on a cluster (see `SendBatch::new`), or where no simple key shares the stream's
-    /// slot.
+    /// `None` on a cluster, or where no simple key shares the stream's slot.
     prefix: Option<String>,
 }
 
@@ -38,6 +37,9 @@ impl MarkerNames {
     pub(super) fn for_stream(config: &super::StreamConfig) -> Self {
         static PROCESS: LazyLock<uuid::Uuid> = LazyLock::new(uuid::Uuid::new_v4);
         let prefix = if config.connect.cluster {
+            // While the stream's slot migrates, a script over the stream and a marker that is
+            // not there yet is refused (TRYAGAIN) until the move ends, holding sends up; there
+            // a batch goes as one pipeline of XADDs, as upstream sends.
             None
         } else {
             config.beside(&format!("sent:{}-", *PROCESS)).filter(|key| {
@@ -66,9 +68,8 @@ impl MarkerNames {
 }
 
 impl SendBatch {
-    /// On a cluster, no marker: while the stream's slot migrates, a script over the stream and
-    /// a marker that is not there yet is refused (TRYAGAIN) until the move ends, holding sends
-    /// up; there a batch goes as one pipeline of XADDs, as upstream sends.
+    /// A new batch: its marker's name (if its stream has markers) and its delayed messages'
+    /// nonces.
     pub(super) fn new(names: &MarkerNames, messages: &[NewMessage]) -> Self {
         let nonces = messages
             .iter()
