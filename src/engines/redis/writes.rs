@@ -386,37 +386,10 @@ fn id_range(ids: &[String]) -> Option<(&str, &str)> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::send_batch::{
-        transaction_outcome, transaction_replies, MarkerNames, SendBatch, TransactionError,
-    };
+    use super::super::send_batch::tests::{message, names};
+    use super::super::send_batch::SendBatch;
     use super::{id_range, InsertFailure};
-    use crate::queue::engine::NewMessage;
     use crate::support::error::Error;
-
-    fn message(delay_ms: f64) -> NewMessage {
-        NewMessage::new("{}".to_owned(), "{}".to_owned(), delay_ms)
-    }
-
-    fn config(key_prefix: &str, stream: &str, cluster: bool) -> super::super::StreamConfig {
-        super::super::StreamConfig {
-            key_prefix: key_prefix.to_owned(),
-            stream: format!("{key_prefix}{stream}"),
-            group: "g".to_owned(),
-            consumer: "c".to_owned(),
-            delay_key: format!("{key_prefix}{stream}:delayed"),
-            claim_idle: std::time::Duration::from_secs(30),
-            poll_interval: std::time::Duration::from_millis(50),
-            connect: super::super::connection::ConnectOptions {
-                cluster,
-                ..Default::default()
-            },
-            max_connections: None,
-        }
-    }
-
-    fn names(key_prefix: &str, stream: &str, cluster: bool) -> MarkerNames {
-        MarkerNames::for_stream(&config(key_prefix, stream, cluster))
-    }
 
     fn dropped() -> InsertFailure {
         InsertFailure {
@@ -445,102 +418,9 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_marker_starts_with_the_key_prefix() {
-        for (prefix, stream, start) in [
-            ("app:", "messenger:s", "app:{messenger:s}:sent:"),
-            ("app:", "messenger:{s}", "app:messenger:{s}:sent:"),
-            ("", "plain", "{plain}:sent:"),
-        ] {
-            let batch = SendBatch::new(&names(prefix, stream, false), &[message(0.0)]);
-            let marker = batch.marker.expect("a marker on a single node");
-            assert!(marker.starts_with(start), "{marker}");
-        }
-    }
-
-    #[test]
-    fn every_batch_marker_is_new_and_shares_its_streams_slot() {
-        use super::super::slot::slot;
-        for stream in [
-            "messages",
-            "messenger:{orders}",
-            "a:{b}:c",
-            "a{b",
-            "a{}b",
-            "x}y",
-            "}x",
-        ] {
-            let names = names("", stream, false);
-            let markers: Vec<String> = (0..3)
-                .filter_map(|_| SendBatch::new(&names, &[message(0.0)]).marker)
-                .collect();
-            assert_eq!(
-                markers.len(),
-                if names.available() { 3 } else { 0 },
-                "{stream}"
-            );
-            for marker in &markers {
-                assert_eq!(slot(marker), slot(stream), "{marker}");
-            }
-            assert!(
-                markers.windows(2).all(|pair| pair[0] != pair[1]),
-                "{markers:?}"
-            );
-        }
-        assert!(names("", "messages", false).available());
-        assert!(names("app:", "messenger:{s}", false).available());
-        assert!(!names("", "}x", false).available());
-        assert!(!names("", "messenger:{s}", true).available());
-    }
-
-    #[test]
     fn id_ranges_compare_stream_ids_as_numbers() {
         let ids: Vec<String> = ["10-2", "9-5", "10-10", "10-1"].map(String::from).to_vec();
         assert_eq!(id_range(&ids), Some(("9-5", "10-10")));
         assert_eq!(id_range(&[]), None);
-    }
-
-    #[test]
-    fn a_transaction_answers_its_ids_or_what_refused_it() {
-        use crate::engines::redis::resp::Reply;
-        let queued = || Reply::Simple("QUEUED".into());
-        let ok = || Reply::Simple("OK".into());
-        let id = |s: &str| Reply::Bulk(Some(s.as_bytes().to_vec()));
-        let stored = vec![
-            ok(),
-            queued(),
-            queued(),
-            queued(),
-            Reply::Array(Some(vec![id("1-0"), id("1-1"), ok()])),
-        ];
-        assert_eq!(
-            transaction_outcome(stored, 2),
-            Ok(vec!["1-0".to_owned(), "1-1".to_owned()])
-        );
-        let refused = vec![
-            ok(),
-            Reply::Error("OOM command not allowed".into()),
-            queued(),
-            Reply::Error("EXECABORT Transaction discarded".into()),
-        ];
-        assert_eq!(
-            transaction_outcome(refused, 1),
-            Err(TransactionError::Server("OOM command not allowed".into()))
-        );
-        let wrong_type = vec![
-            ok(),
-            queued(),
-            queued(),
-            Reply::Array(Some(vec![Reply::Error("WRONGTYPE".into()), ok()])),
-        ];
-        assert_eq!(
-            transaction_outcome(wrong_type, 1),
-            Err(TransactionError::Server("WRONGTYPE".into()))
-        );
-        let short = vec![ok(), queued(), queued(), Reply::Array(Some(vec![ok()]))];
-        assert_eq!(
-            transaction_outcome(short, 1),
-            Err(TransactionError::Unexpected)
-        );
-        assert_eq!(transaction_replies(2), 5);
     }
 }
