@@ -4,6 +4,7 @@
 // one process): the runs they add to a round and their sections of the report.
 
 const { median } = require('./report');
+const { SETTLED_AFTER_MS } = require('./workloads/many-queues');
 
 /**
  * The most messages an upstream B6 run drains: at its 100–1,000 msgs/s a run of this many lasts
@@ -99,7 +100,7 @@ function manyQueuesLines(options, results, runs) {
   const lines = [
     '## B7 many queues',
     '',
-    `One process, one transport per queue with the core \`Worker\` on it, one message handled per queue, then idling: the server connections this process holds (counted on the server, by this process's client ports; on a cluster, the most any node holds, and the CPU of all its nodes), its CPU and the server's over ${options.idleMs / 1000} s of idling (% of one core; in brackets the server's before the run opened anything, its other users' share), then one message sent per queue 10 ms apart and the wake-up (send → handled) p50 / p99. Medians of the rounds. Transports are opened while the server keeps 20 connections for its other users.`,
+    `One process, one transport per queue with the core \`Worker\` on it, one message handled per queue, then idling: the server connections this process holds (counted on the server, by this process's client ports; on a cluster, the most any node holds, and the CPU of all its nodes), its CPU and the server's over ${options.idleMs / 1000} s of idling from ${SETTLED_AFTER_MS / 1000} s after those messages, once V8's one-off collections after activity have run (% of one core; in brackets the server's before the run opened anything, its other users' share), then one message sent per queue 10 ms apart and the wake-up (send → handled) p50 / p99. Medians of the rounds. Transports are opened while the server keeps 20 connections for its other users.`,
     '',
     '| engine | queues | transport | connections | client CPU % idle | server CPU % idle (before) | wake-up p50 / p99 ms |',
     '|---|---|---|---|---|---|---|',

@@ -16,13 +16,19 @@ const OPEN_STEP = 5;
 /** Time for a step's idle loops to open their connections before the next look. */
 const SETTLE_MS = 300;
 const GAP_MS = 10;
+/**
+ * Quiet time between the first messages and the idle window. About 8 s after a process's
+ * last activity V8's memory reducer runs its one-off full collections (here, of what opening
+ * the transports and Workers left); the window measures the idle cost that goes on after it.
+ */
+const SETTLED_AFTER_MS = 10000;
 
 /**
  * B7: one process, one transport per queue (`queues`, on the engine's DSN as an app would
  * configure them, or on `job.cluster`'s), each with the core Worker on its queue, which gets one message first and
  * then idles. Reports the server connections this process then holds, the process's and the
- * server's CPU over `idleMs` of idling (% of one core; the server's also over `idleMs / 2`
- * before anything was opened, its other users' share), and the wake-up when one message per
+ * server's CPU over `idleMs` of idling, from `SETTLED_AFTER_MS` after those messages (% of one
+ * core; the server's also over `idleMs / 2` before anything was opened, its other users' share), and the wake-up when one message per
  * queue is sent 10 ms apart (send → handled, p50 and p99). Transports are opened a few at a time while the server keeps
  * `SPARE_CONNECTIONS` free for its other users; one that would take them (upstream's pool per
  * transport) ends the run with `cannotOpen` saying why, rather than exhausting a shared server.
@@ -76,6 +82,7 @@ async function manyQueues({ job, queues, makeTransportOn }) {
     const warmDeadline = Date.now() + 10000;
     while (warmedUp < transports.length && Date.now() < warmDeadline && loopError === undefined) await sleep(5);
     const connections = await serverConnectionsOfThisProcess(job.engine, job.cluster);
+    await sleep(SETTLED_AFTER_MS);
     const clientBefore = process.cpuUsage();
     const idleStarted = performance.now();
     const serverPercent = await serverCpuPercentOver(readServerCpu, idleMs);
@@ -121,4 +128,4 @@ function firstLine(error) {
   return String(error?.message ?? error).split('\n')[0];
 }
 
-module.exports = { manyQueues };
+module.exports = { manyQueues, SETTLED_AFTER_MS };
