@@ -15,6 +15,7 @@ const { Redis } = require('ioredis');
 const { RedisStreamsTransport } = require('../..');
 const { redis: engine } = require('../support/engines');
 const { startRedisServer, withIoredis } = require('../support/redis-server');
+const { killedBy } = require('../support/child');
 const {
   serializer,
   envelopeOf,
@@ -328,7 +329,7 @@ describe('process exit after close()', () => {
       await t.close();
       console.log('closed');
     `);
-    expect(result.signal).toBeNull();
+    expect(killedBy(result)).toBeNull();
     expect(result.stderr).toBe('');
     expect(result.status).toBe(0);
     expect(result.stdout).toBe('handled child,later\nclosed\n');
@@ -348,7 +349,7 @@ describe('process exit after close()', () => {
       await consumer;
       console.log('closed');
     `);
-    expect(result.signal).toBeNull();
+    expect(killedBy(result)).toBeNull();
     expect(result.stderr).toBe('');
     expect(result.status).toBe(0);
     expect(result.stdout).toBe('consumer ended\nclosed\n');
@@ -376,7 +377,7 @@ describe('process exit after close()', () => {
       await consumer;
       console.log('closed');
     `);
-    expect(result.signal).toBeNull();
+    expect(killedBy(result)).toBeNull();
     expect(result.stderr).toBe('');
     expect(result.status).toBe(0);
     expect(result.stdout).toBe('got one\ngot two\nclosed\n');

@@ -12,7 +12,7 @@ const net = require('node:net');
 const { TransportConnectionError, TransportError } = require('@schally/nestjs-messenger');
 const { uniqueName } = require('../support/engines');
 const { closedPort } = require('../support/ports');
-const { runChild } = require('../support/child');
+const { runChild, killedBy } = require('../support/child');
 const { sqlTable } = require('../support/sql-table');
 const {
   TestMessage,
@@ -360,7 +360,7 @@ function errorsSuite(engine) {
             },
           },
         );
-        expect(result.signal).toBeNull();
+        expect(killedBy(result)).toBeNull();
         expect(result.status).toBe(0);
         expect(result.stdout).toBe(
           'send TransportConnectionError\nget TransportConnectionError\nlist TransportConnectionError\ncount TransportConnectionError\nclosed\n',
@@ -465,7 +465,7 @@ function processExit(engine, unreachableDsn) {
       `,
         dsn === undefined ? {} : { DSN: dsn },
       );
-      expect(result.signal).toBeNull();
+      expect(killedBy(result)).toBeNull();
       expect(result.stderr).toBe('');
       expect(result.status).toBe(0);
       expect(result.stdout).toContain('acked child');
@@ -490,7 +490,7 @@ function processExit(engine, unreachableDsn) {
           console.log('closed');
         })().catch((error) => { console.error('FAILED', error); process.exitCode = 2; });
       `);
-      expect(result.signal).toBeNull();
+      expect(killedBy(result)).toBeNull();
       expect(result.stderr).toBe('');
       expect(result.status).toBe(0);
       expect(result.stdout.split('\n')).toEqual(['idle', 'consumer ended', 'closed', '']);
@@ -510,7 +510,7 @@ function processExit(engine, unreachableDsn) {
         `,
           { DSN: unreachableDsn() },
         );
-        expect(result.signal).toBeNull();
+        expect(killedBy(result)).toBeNull();
         expect(result.stderr).toBe('');
         expect(result.status).toBe(0);
         expect(result.stdout.split('\n')).toEqual(['TransportConnectionError', 'closed', '']);
@@ -539,7 +539,7 @@ function processExit(engine, unreachableDsn) {
           if (code !== 0) process.exitCode = 4;
         });
       `);
-      expect(result.signal).toBeNull();
+      expect(killedBy(result)).toBeNull();
       expect(result.stderr).toBe('');
       expect(result.status).toBe(0);
       expect(result.stdout.split('\n')).toEqual(['worker: acked child', 'worker: closed', 'worker exit 0', '']);

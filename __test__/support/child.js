@@ -46,4 +46,13 @@ function runChild(script, { env = {}, timeout = 10000, fd3 = false } = {}) {
   return { ...result, elapsedMs: Date.now() - startedAt, report: fd3 ? (result.output[3] ?? '') : '' };
 }
 
-module.exports = { ROOT, CORE, PRELUDE, runChild };
+/**
+ * The signal a child was ended by, with what it printed on stderr (an abort says why only
+ * there), or null when it exited by itself.
+ * @param {{ signal: string | null, stderr: string }} result what `runChild` returned
+ */
+function killedBy(result) {
+  return result.signal === null ? null : `${result.signal}; stderr: ${result.stderr}`;
+}
+
+module.exports = { ROOT, CORE, PRELUDE, runChild, killedBy };
