@@ -25,13 +25,15 @@ const SETTLED_AFTER_MS = 10000;
 
 /**
  * B7: one process, one transport per queue (`queues`, on the engine's DSN as an app would
- * configure them, or on `job.cluster`'s), each with the core Worker on its queue, which gets one message first and
- * then idles. Reports the server connections this process then holds, the process's and the
- * server's CPU over `idleMs` of idling, from `SETTLED_AFTER_MS` after those messages (% of one
- * core; the server's also over `idleMs / 2` before anything was opened, its other users' share), and the wake-up when one message per
- * queue is sent 10 ms apart (send → handled, p50 and p99). Transports are opened a few at a time while the server keeps
- * `SPARE_CONNECTIONS` free for its other users; one that would take them (upstream's pool per
- * transport) ends the run with `cannotOpen` saying why, rather than exhausting a shared server.
+ * configure them, or on `job.cluster`'s), each with the core Worker on its queue, which gets
+ * one message first and then idles. Reports the server connections this process then holds,
+ * the process's and the server's CPU over `idleMs` of idling, from `SETTLED_AFTER_MS` after
+ * those messages (% of one core; the server's also over `idleMs / 2` before anything was
+ * opened, its other users' share), and the wake-up when one message per queue is sent 10 ms
+ * apart (send → handled, p50 and p99). Transports are opened a few at a time while the server
+ * keeps `SPARE_CONNECTIONS` free for its other users; one that would take them (upstream's
+ * pool per transport) ends the run with `cannotOpen` saying why, rather than exhausting a
+ * shared server.
  */
 async function manyQueues({ job, queues, makeTransportOn }) {
   const idleMs = job.idleMs ?? 10000;
