@@ -190,8 +190,10 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
     /**
      * A producer and an idle consumer through the proxy; the producer's send of `key` is
      * handed to the consumer, whose get() loop is aborted while the INSERT's reply is held, so
-     * the row comes back to the sender. `beforeReply()` runs once the loop has ended. Resolves
-     * the send's outcome (and when it settled), with the transports and the queue.
+     * the row comes back to the sender. `beforeReply()` runs as soon as the INSERT has reached
+     * the server, before the loop is aborted: at once, so that what it arms is in place before
+     * the held reply arrives however long the loop then takes to end. Resolves the send's
+     * outcome (and when it settled), with the transports and the queue.
      */
     async function handedToAConsumerThatLeft(key, beforeReply = () => {}) {
       const queue = uniqueQueue(engine, 'given-back');
@@ -206,9 +208,9 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
       const held = f.proxy.holdReply((chunk) => chunk.includes(`"${key}"`), 500);
       const sending = settleWithin(producer.send(faultEnvelope(key, 1)), 20_000);
       await held;
+      const armed = beforeReply();
       left.controller.abort();
       await settleWithin(left.loop, 5000);
-      const armed = beforeReply();
       const outcome = await sending;
       expect(handed.seen).toBe(1);
       expect(outcome.error).toBeUndefined();
