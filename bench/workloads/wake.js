@@ -79,6 +79,10 @@ async function wakeFromAnotherProcess({ makeTransport, job, queue, count = 300, 
   const producer = fork(path.join(__dirname, '..', 'wake-producer.js'), [JSON.stringify({ ...job, queue, count, gapMs })], {
     env,
   });
+  let sends = [];
+  producer.once('message', (times) => {
+    sends = times;
+  });
   const exited = new Promise((resolve, reject) => {
     producer.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`the producer exited with ${code}`))));
   });
@@ -89,7 +93,9 @@ async function wakeFromAnotherProcess({ makeTransport, job, queue, count = 300, 
   controller.abort();
   await consumer.close();
   if (latencies.length !== count) throw new Error(`woke for ${latencies.length} of ${count}`);
-  return percentiles(latencies);
+  if (sends.length !== count) throw new Error(`the producer reported ${sends.length} of ${count} sends`);
+  const send = percentiles(sends);
+  return { ...percentiles(latencies), sendP50: send.p50, sendP99: send.p99 };
 }
 
 module.exports = { wake, wakeFromAnotherProcess, machineMs, percentiles };
