@@ -16,6 +16,16 @@ function percentiles(samples) {
 }
 
 /**
+ * A B4 run's figures: the wake-ups' p50 and p99, and the sends' own (`sendP50`, `sendP99`),
+ * which tell whether a slow wake-up was a slow store (the server) or a slow claim and
+ * hand-over (the consumer).
+ */
+function wakeResult(latencies, sends) {
+  const send = percentiles(sends);
+  return { ...percentiles(latencies), sendP50: send.p50, sendP99: send.p99 };
+}
+
+/**
  * B4: a consumer idles on an empty queue; `count` messages are sent 10 ms apart by another
  * transport instance, as an app sends them (`sendAsApp`); the time from send() to the message
  * being yielded, p50 and p99, and the time send() itself took (`sendP50`, `sendP99`).
@@ -48,10 +58,7 @@ async function wake({ makeTransport, count = 300, gapMs = 10 }) {
   controller.abort();
   await Promise.all([consumer.close(), producer.close()]);
   if (latencies.length !== count) throw new Error(`woke for ${latencies.length} of ${count}`);
-  // The sends' own times tell whether a slow wake-up was a slow store (the server) or a slow
-  // claim and hand-over (the consumer).
-  const send = percentiles(sends);
-  return { ...percentiles(latencies), sendP50: send.p50, sendP99: send.p99 };
+  return wakeResult(latencies, sends);
 }
 
 /** Milliseconds on the machine's monotonic clock: the same in every process here. */
@@ -94,8 +101,7 @@ async function wakeFromAnotherProcess({ makeTransport, job, queue, count = 300, 
   await consumer.close();
   if (latencies.length !== count) throw new Error(`woke for ${latencies.length} of ${count}`);
   if (sends.length !== count) throw new Error(`the producer reported ${sends.length} of ${count} sends`);
-  const send = percentiles(sends);
-  return { ...percentiles(latencies), sendP50: send.p50, sendP99: send.p99 };
+  return wakeResult(latencies, sends);
 }
 
 module.exports = { wake, wakeFromAnotherProcess, machineMs, percentiles };
