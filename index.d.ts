@@ -473,4 +473,20 @@ export interface TransportErrorCause extends Error {
 export interface TransportErrorDetails {
   readonly code: TransportErrorCode;
   readonly cause?: TransportErrorCause;
+  /**
+   * What the failed write did to storage: set on every rejection of `send`, `ack`, `reject`
+   * and `close` (see `WriteOutcome`); on other errors when known.
+   */
+  readonly outcome?: WriteOutcome;
 }
+
+/**
+ * What a rejected `send`, `ack`, `reject` or `close` did to storage, as `error.outcome`, so code
+ * can tell a safe retry from a risky one without reading the message:
+ * - `'not-applied'`: nothing of it was written (refused before it went out, or the server
+ *   answered with an error): trying again stores it once.
+ * - `'unknown'`: it went out and no answer came (a connection lost mid-write, no reply within
+ *   the bound): it may have been applied; a retry may store a duplicate. For `close`, some
+ *   acknowledgements may not have been written: those messages come back after their lease.
+ */
+export type WriteOutcome = 'not-applied' | 'unknown';

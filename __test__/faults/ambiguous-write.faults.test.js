@@ -113,6 +113,7 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
     } else {
       expect(outcome.error).toBeInstanceOf(TransportConnectionError);
       expect(outcome.error.message).toMatch(/may have been stored/);
+      expect(outcome.error.outcome).toBe('unknown');
       expect(copies).toBeLessThanOrEqual(1);
     }
     expect(after).toBe('stored');

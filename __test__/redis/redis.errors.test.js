@@ -31,9 +31,11 @@ const {
   startAckingConsumer,
 } = require('../support/transport-helpers');
 const { errorsSuite } = require('../shared/errors.suite');
+const { outcomesSuite } = require('../shared/outcomes.suite');
 
 const REDIS_DSN = engine.dsn;
 const { track } = errorsSuite(engine);
+outcomesSuite(engine);
 
 const keys = [];
 const consumers = [];
@@ -220,6 +222,30 @@ describe('failed commands on a live server', () => {
     const received = await receiveOne(t);
     expect(received.message.id).toBe('fixed');
     await t.ack(received);
+  });
+
+  it('answers each send of a batch for itself: due ones stored and resolved, delayed ones refused as not applied', async () => {
+    const stream = freshStream();
+    await redis.set(`${stream}:delayed`, 'oops');
+    const t = transport({ stream });
+    await t.setup();
+    const sends = [
+      ...Array.from({ length: 20 }, (_, n) => t.send(envelopeOf(`due${n}`))),
+      ...Array.from({ length: 3 }, (_, n) => t.send(envelopeOf(`later${n}`).with(new DelayStamp(60_000)))),
+    ];
+    const answers = await Promise.all(
+      sends.map((sending) =>
+        sending.then(
+          () => 'stored',
+          (error) => `${error.code} ${error.cause?.code} ${error.outcome}`,
+        ),
+      ),
+    );
+    expect(answers).toEqual([
+      ...Array(20).fill('stored'),
+      ...Array(3).fill('E_TRANSPORT WRONGTYPE not-applied'),
+    ]);
+    expect(await redis.xlen(stream)).toBe(20);
   });
 });
 

@@ -9,8 +9,10 @@ const { TransportConnectionError } = require('@schally/nestjs-messenger');
 const { mysql, uniqueName } = require('../support/engines');
 const { serializer, envelopeOf, pollUntil, failure, expectNoSecret } = require('../support/transport-helpers');
 const { errorsSuite } = require('../shared/errors.suite');
+const { outcomesSuite } = require('../shared/outcomes.suite');
 
 const { make, track, SECRET, unreachable } = errorsSuite(mysql);
+outcomesSuite(mysql);
 
 describe('unreachable server', () => {
   it('fails the same way on a mariadb:// DSN', async () => {

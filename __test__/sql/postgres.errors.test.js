@@ -8,8 +8,10 @@ const { TransportConnectionError } = require('@schally/nestjs-messenger');
 const { postgres } = require('../support/engines');
 const { envelopeOf, failure, expectNoSecret } = require('../support/transport-helpers');
 const { errorsSuite } = require('../shared/errors.suite');
+const { outcomesSuite } = require('../shared/outcomes.suite');
 
 const { make, SECRET, unreachable } = errorsSuite(postgres);
+outcomesSuite(postgres);
 
 describe('unreachable server', () => {
   it('keeps a password given as a query parameter out of the error too', async () => {

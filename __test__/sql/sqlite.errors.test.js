@@ -13,8 +13,10 @@ const { SqlTransport } = require('../..');
 const { sqlite } = require('../support/engines');
 const { transportOperations, settleWithin, throwsSync, failure, closeAll } = require('../support/transport-helpers');
 const { errorsSuite } = require('../shared/errors.suite');
+const { outcomesSuite } = require('../shared/outcomes.suite');
 
 errorsSuite(sqlite);
+outcomesSuite(sqlite);
 
 /** A file of this test file's own, below which nothing can be created. */
 const DSN = sqlite.runDsn('nmn-serr');

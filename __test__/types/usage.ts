@@ -16,6 +16,7 @@ import {
   type TransportErrorDetails,
   type TransportHealth,
   type TransportStats,
+  type WriteOutcome,
 } from '../..';
 import {
   DelayStamp,
@@ -250,6 +251,12 @@ async function errorChecks(transport: SqlTransport): Promise<TransportErrorCode 
     // @ts-expect-error not one of the stable codes
     const unknown: TransportErrorCode = 'E_SOMETHING';
     void unknown;
+    // Whether a retry is safe, from a field rather than the text.
+    const outcome: WriteOutcome | undefined = error.outcome;
+    if (outcome === 'not-applied') await transport.send(new Envelope({}));
+    // @ts-expect-error not one of the outcomes
+    const other: WriteOutcome = 'applied';
+    void other;
     return error.code;
   }
 }

@@ -44,6 +44,26 @@ function withCode(error, code) {
 }
 
 /**
+ * What a rejected write did to storage, as `error.outcome`: `'not-applied'` (nothing of it was
+ * applied: safe to try again) or `'unknown'` (it went out and no answer came: it may have been
+ * applied). Sets `fallback` when the error does not say; leaves a non-object thrown value as it is.
+ * @template T
+ * @param {T} error
+ * @param {'not-applied' | 'unknown'} fallback
+ * @returns {T}
+ */
+function withOutcome(error, fallback) {
+  if (error !== null && typeof error === 'object' && error.outcome === undefined) {
+    try {
+      error.outcome = fallback;
+    } catch {
+      // A frozen error from an app's serializer keeps its own shape.
+    }
+  }
+  return error;
+}
+
+/**
  * An `InvalidArgumentError` with its code, for the options and inputs the JavaScript side checks.
  * @param {string} message
  * @returns {Error}
@@ -68,7 +88,9 @@ function fromNative(error) {
   }
   const ErrorClass = CLASS_BY_CODE[envelope.code] ?? TransportError;
   const options = envelope.cause === undefined ? undefined : { cause: driverError(envelope.cause) };
-  return withCode(new ErrorClass(envelope.message, options), envelope.code);
+  const converted = withCode(new ErrorClass(envelope.message, options), envelope.code);
+  if (envelope.outcome !== undefined) converted.outcome = envelope.outcome;
+  return converted;
 }
 
 /**
@@ -99,4 +121,4 @@ function nativeSync(call) {
   }
 }
 
-module.exports = { fromNative, invalidArgument, native, nativeSync, withCode };
+module.exports = { fromNative, invalidArgument, native, nativeSync, withCode, withOutcome };

@@ -13,7 +13,7 @@ const {
   TransportError,
   TransportMessageIdStamp,
 } = require('@schally/nestjs-messenger');
-const { native, nativeSync, withCode } = require('../native/errors');
+const { native, nativeSync, withCode, withOutcome } = require('../native/errors');
 const { SettleTracker } = require('./settle-tracker');
 const { SendPipe } = require('./send-pipe');
 const { encodeEnvelope, decodeStored } = require('../codec/envelope-codec');
@@ -76,9 +76,17 @@ class NativeTransport {
   /** @param {import('@schally/nestjs-messenger').Envelope} envelope */
   async send(envelope) {
     if (this.#closing) {
-      throw withCode(new TransportError(`Cannot send on a ${this.#label} transport that is closing or closed.`), 'E_CLOSED');
+      throw notApplied(withCode(new TransportError(`Cannot send on a ${this.#label} transport that is closing or closed.`), 'E_CLOSED'));
     }
-    const id = await this.#queueSend(envelope);
+    let sending;
+    try {
+      sending = this.#queueSend(envelope);
+    } catch (error) {
+      throw notApplied(error);
+    }
+    const id = await sending.catch((error) => {
+      throw withOutcome(error, 'unknown');
+    });
     // No id: a Redis send repeated after a lost reply found its batch stored, and its entries
     // already read and deleted (docs/semantics.md, "Sends").
     return id === '' ? envelope : envelope.with(new TransportMessageIdStamp(id));
@@ -154,11 +162,17 @@ class NativeTransport {
     // makes acking a find() result delete it. Write-behind: recorded now (a sync call), written
     // with the acks around it; close(), list(), find() and getMessageCount() wait for it.
     if (this.#writeBehind) {
-      nativeSync(() => this.#queue.ackLater(id));
+      try {
+        nativeSync(() => this.#queue.ackLater(id));
+      } catch (error) {
+        throw notApplied(error);
+      }
       this.#holdLoopForAcks();
       return;
     }
-    await this.#settles.track(native(this.#queue.ack(id)));
+    await this.#settles.track(native(this.#queue.ack(id))).catch((error) => {
+      throw withOutcome(error, 'unknown');
+    });
   }
 
   /**
@@ -179,8 +193,16 @@ class NativeTransport {
 
   /** @param {import('@schally/nestjs-messenger').Envelope} envelope */
   async reject(envelope) {
-    const redelivered = this.#startRedelivery(envelope);
-    if (redelivered !== undefined) await redelivered;
+    let redelivered;
+    try {
+      redelivered = this.#startRedelivery(envelope);
+    } catch (error) {
+      throw notApplied(error);
+    }
+    if (redelivered === undefined) return;
+    await redelivered.catch((error) => {
+      throw withOutcome(error, 'unknown');
+    });
   }
 
   /**
@@ -308,7 +330,9 @@ class NativeTransport {
     this.#queue.beginClose();
     await this.#settles.drained();
     try {
-      await native(this.#queue.close());
+      await native(this.#queue.close()).catch((error) => {
+        throw withOutcome(error, 'unknown');
+      });
     } finally {
       // Nothing is written after close (its error says how many acks were not).
       this.#releaseAckHold();
@@ -331,9 +355,20 @@ function typeOf(storedHeaders) {
 function messageIdOf(envelope) {
   const stamp = envelope.last(TransportMessageIdStamp);
   if (stamp === undefined) {
-    throw withCode(new TransportError('Cannot ack or reject an envelope without a TransportMessageIdStamp.'), 'E_TRANSPORT');
+    throw notApplied(withCode(new TransportError('Cannot ack or reject an envelope without a TransportMessageIdStamp.'), 'E_TRANSPORT'));
   }
   return String(stamp.id);
+}
+
+/**
+ * A write refused before anything went out (a closed transport, an envelope the serializer
+ * cannot encode, a full backlog): nothing was applied.
+ * @template T
+ * @param {T} error
+ * @returns {T}
+ */
+function notApplied(error) {
+  return withOutcome(error, 'not-applied');
 }
 
 module.exports = { NativeTransport };

@@ -5,7 +5,6 @@
 //! crate calls the safe functions here. Imports `queue` and `support`.
 
 pub mod loop_callback;
-pub mod own_sockets;
 pub mod owned_by_thread;
 mod send_handover;
 mod send_lane;

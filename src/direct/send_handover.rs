@@ -32,8 +32,8 @@ impl Link {
         for flight in flights {
             if let Some(lane) = self.lanes.get_mut(&flight.lane) {
                 lane.in_flight = lane.in_flight.saturating_sub(1);
-                let err = lane.queue.unanswered_send();
-                lane.settle(flight.seqs, Err(err));
+                let unanswered = vec![Err(lane.queue.unanswered_send()); flight.seqs.len()];
+                lane.settle(flight.seqs, unanswered);
             }
         }
         self.fail();

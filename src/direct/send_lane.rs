@@ -7,7 +7,7 @@ use crate::queue::completions::Settled;
 use crate::queue::engine::{DirectWire, NewMessage, Resend};
 use crate::queue::send_order::Hold;
 use crate::queue::Queue;
-use crate::support::error::{Error, Result};
+use crate::support::error::{Error, Outcome, Result};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -161,20 +161,9 @@ impl Lane {
         std::mem::take(&mut self.waiting)
     }
 
-    /// Reports a batch's result.
-    pub(super) fn settle(&mut self, seqs: Vec<u32>, result: Result<Vec<String>>) {
-        match result {
-            Ok(ids) => {
-                self.queue.note_sent(ids.len());
-                self.ready
-                    .extend(seqs.into_iter().zip(ids.into_iter().map(Ok)));
-            }
-            Err(err) => {
-                self.queue.note_send_failed(&err);
-                self.ready
-                    .extend(seqs.into_iter().map(|s| (s, Err(err.clone()))));
-            }
-        }
+    /// Reports each send of a batch with its own answer (`answers` in the order of `seqs`).
+    pub(super) fn settle(&mut self, seqs: Vec<u32>, answers: Vec<Result<String>>) {
+        self.ready.extend(settled(&self.queue, seqs, answers));
     }
 
     /// Sends `flights` again on the runtime, as the same batches; the waiting sends (never
@@ -211,27 +200,11 @@ impl Lane {
         napi::bindgen_prelude::spawn(async move {
             let bound = queue.send_bound();
             for (seqs, resend) in runs {
-                let result = tokio::time::timeout(bound, resend())
+                let count = seqs.len();
+                let answers = tokio::time::timeout(bound, resend())
                     .await
-                    .unwrap_or_else(|_| Err(queue.unanswered_send()));
-                match result {
-                    Ok(ids) if ids.len() == seqs.len() => {
-                        queue.note_sent(ids.len());
-                        report(seqs.into_iter().zip(ids.into_iter().map(Ok)).collect());
-                    }
-                    Ok(ids) => {
-                        let err = Error::transport(format!(
-                            "internal error: a batch of {} got {} ids",
-                            seqs.len(),
-                            ids.len()
-                        ));
-                        report(seqs.into_iter().map(|s| (s, Err(err.clone()))).collect());
-                    }
-                    Err(err) => {
-                        queue.note_send_failed(&err);
-                        report(seqs.into_iter().map(|s| (s, Err(err.clone()))).collect());
-                    }
-                }
+                    .unwrap_or_else(|_| vec![Err(queue.unanswered_send()); count]);
+                report(settled(&queue, seqs, answers));
             }
             drop(hold);
             elsewhere.fetch_sub(1, Ordering::AcqRel);
@@ -249,11 +222,37 @@ impl Lane {
         if lost > 0 {
             self.queue.note_send_failed(&Error::transport(format!(
                 "{lost} send(s) were in flight when their JavaScript environment was torn down (they may have been stored)."
-            )));
+            )).with_outcome(Outcome::Unknown));
         }
     }
 }
 
 pub(super) fn weight(message: &NewMessage) -> usize {
     message.body.len() + message.headers.len()
+}
+
+/// Each send of a batch with its own answer, counted in the queue's figures; a batch answered
+/// with another number of answers than it had sends is answered as unknown.
+fn settled(
+    queue: &Queue,
+    seqs: Vec<u32>,
+    mut answers: Vec<Result<String>>,
+) -> Vec<(u32, Result<String>)> {
+    if answers.len() != seqs.len() {
+        let err = Error::transport(format!(
+            "internal error: a batch of {} got {} answers",
+            seqs.len(),
+            answers.len()
+        ))
+        .with_outcome(Outcome::Unknown);
+        answers = vec![Err(err); seqs.len()];
+    }
+    let stored = answers.iter().filter(|a| a.is_ok()).count();
+    if stored > 0 {
+        queue.note_sent(stored);
+    }
+    if let Some(Err(err)) = answers.iter().find(|a| a.is_err()) {
+        queue.note_send_failed(err);
+    }
+    seqs.into_iter().zip(answers).collect()
 }

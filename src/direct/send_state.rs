@@ -7,7 +7,7 @@
 use super::send_lane::{weight, Flight, Lane, LaneId};
 use super::settle_report::Ready;
 use crate::direct::uv;
-use crate::queue::engine::{ConnectionHold, Encoded, NewMessage, Outcome};
+use crate::queue::engine::{BatchReply, ConnectionHold, Encoded, NewMessage};
 use crate::support::error::Result;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
@@ -33,8 +33,10 @@ const DIRECT_BYTES: usize = 64 * 1024;
 type Connecting = Arc<Mutex<Option<Result<std::net::TcpStream>>>>;
 
 pub(super) struct Conn {
-    pub(super) socket: std::net::TcpStream,
+    /// Declared before `socket`, so dropped first: the poll handle lets go of the descriptor
+    /// before it is closed (and its number can be reused by the app).
     pub(super) poll: uv::Poll,
+    pub(super) socket: std::net::TcpStream,
     /// The events `poll` watches.
     pub(super) watching: std::ffi::c_int,
     pub(super) unsent: Vec<u8>,
@@ -384,11 +386,15 @@ impl Link {
             };
             lane.in_flight = lane.in_flight.saturating_sub(1);
             match outcome {
-                Outcome::Stored(ids) => {
+                BatchReply::Answered(answers) => {
+                    // The transaction ran: it is never sent again.
                     (flight.stored)();
-                    lane.settle(flight.seqs, Ok(ids));
+                    lane.settle(flight.seqs, answers);
                 }
-                Outcome::Failed(err) => lane.settle(flight.seqs, Err(err)),
+                BatchReply::Failed(err) => {
+                    let count = flight.seqs.len();
+                    lane.settle(flight.seqs, vec![Err(err); count]);
+                }
             }
             if !answered_lanes.contains(&flight.lane) {
                 answered_lanes.push(flight.lane);

@@ -3,12 +3,15 @@
 //!
 //! The writes run on a flusher task of their own, started when a request finds none running
 //! and ending when nothing is queued: no caller's timeout or drop can cancel a write half-way,
-//! and each caller hears its own answer as soon as the flush that carried it is done. A
-//! caller that stops waiting before its request was taken off the queue withdraws it (it is
-//! then never written, so "not stored" is the truth); once taken, it was sent, and its fate is
-//! the flush's. The queue is bounded (`Backlog`): beyond it a request is refused at once.
+//! and each caller hears its own answer (a flush answers each request for itself) as soon as
+//! the flush that carried it is done. Before taking a batch the flusher waits for what must
+//! come first (`Prepare`: earlier writes, a first-use setup), so a request is still queued,
+//! and can be withdrawn, while that wait lasts. A caller that stops waiting before its request
+//! was taken off the queue withdraws it (it is then never written, so "not stored" is the
+//! truth); once taken, it was sent, and its fate is the flush's. The queue is bounded
+//! (`Backlog`): beyond it a request is refused at once.
 
-use crate::support::error::{Error, Result};
+use crate::support::error::{Error, Outcome, Result};
 use futures_util::future::BoxFuture;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,7 +19,8 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 type Reply<R> = oneshot::Sender<Result<R>>;
-type FlushFn<T, R> = dyn Fn(Vec<T>) -> BoxFuture<'static, Result<Vec<R>>> + Send + Sync;
+type FlushFn<T, R> = dyn Fn(Vec<T>) -> BoxFuture<'static, Vec<Result<R>>> + Send + Sync;
+type PrepareFn = dyn Fn() -> BoxFuture<'static, Result<()>> + Send + Sync;
 
 /// A request waits in the queue, was taken by a flush, or was withdrawn by its caller.
 const QUEUED: u8 = 0;
@@ -113,6 +117,7 @@ impl<T, R> Shared<T, R> {
 /// Coalesces requests of type `T` answered by `R`, at most `bound` per flush.
 pub struct Coalescer<T, R> {
     flush: Arc<FlushFn<T, R>>,
+    prepare: Option<Arc<PrepareFn>>,
     bound: BatchBound<T>,
     backlog: Backlog,
     shared: Arc<Mutex<Shared<T, R>>>,
@@ -184,6 +189,7 @@ impl<T, R> Drop for Pending<T, R> {
 
 fn stopped() -> Error {
     Error::transport("The transport's writer stopped before answering (the write may have run).")
+        .with_outcome(Outcome::Unknown)
 }
 
 impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
@@ -191,10 +197,11 @@ impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
     pub fn new(
         bound: BatchBound<T>,
         backlog: Backlog,
-        flush: impl Fn(Vec<T>) -> BoxFuture<'static, Result<Vec<R>>> + Send + Sync + 'static,
+        flush: impl Fn(Vec<T>) -> BoxFuture<'static, Vec<Result<R>>> + Send + Sync + 'static,
     ) -> Self {
         Self {
             flush: Arc::new(flush),
+            prepare: None,
             bound,
             backlog,
             shared: Arc::new(Mutex::new(Shared {
@@ -204,6 +211,17 @@ impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
                 waiting_bytes: 0,
             })),
         }
+    }
+
+    /// Makes every flush wait for `prepare` before it takes its batch off the queue: what it
+    /// waits for is not yet the requests' fate, so they can still be withdrawn meanwhile. A
+    /// failed `prepare` answers the requests queued then with its error, as not applied.
+    pub fn prepared_by(
+        mut self,
+        prepare: impl Fn() -> BoxFuture<'static, Result<()>> + Send + Sync + 'static,
+    ) -> Self {
+        self.prepare = Some(Arc::new(prepare));
+        self
     }
 
     /// Queues one request and waits for the flush that carries it.
@@ -246,6 +264,7 @@ impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
             let flusher = Flusher {
                 shared: self.shared.clone(),
                 flush: self.flush.clone(),
+                prepare: self.prepare.clone(),
                 bound: self.bound,
                 finished: false,
             };
@@ -269,6 +288,7 @@ impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
 struct Flusher<T, R> {
     shared: Arc<Mutex<Shared<T, R>>>,
     flush: Arc<FlushFn<T, R>>,
+    prepare: Option<Arc<PrepareFn>>,
     bound: BatchBound<T>,
     /// `run` gave the lead up itself (another flusher may hold it by now).
     finished: bool,
@@ -284,18 +304,66 @@ impl<T, R> Drop for Flusher<T, R> {
 }
 
 impl<T, R> Flusher<T, R> {
+    /// Waits for what must come before the next batch; on failure, answers every request
+    /// still queued with the error (none of them went out). False when nothing is queued.
+    async fn prepared(&mut self) -> bool {
+        let Some(prepare) = self.prepare.clone() else {
+            return true;
+        };
+        let Err(err) = prepare().await else {
+            return true;
+        };
+        let err = err.with_outcome(Outcome::NotApplied);
+        let refused: Vec<Request<T, R>> = {
+            let mut s = lock(&self.shared);
+            let mut refused = Vec::new();
+            for request in s.queued.drain(..).collect::<Vec<_>>() {
+                if request
+                    .state
+                    .compare_exchange(QUEUED, SENT, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    s.forget(request.weight);
+                    refused.push(request);
+                }
+            }
+            refused
+        };
+        for request in refused {
+            let _ = request.reply.send(Err(err.clone()));
+        }
+        false
+    }
+
+    /// Drops withdrawn requests; true (and the lead given up) when nothing is left.
+    fn done(&mut self) -> bool {
+        let mut s = lock(&self.shared);
+        s.queued
+            .retain(|r| r.state.load(Ordering::Acquire) != WITHDRAWN);
+        if s.queued.is_empty() {
+            // Under the lock enqueuers take: no request is left without a flusher.
+            s.flushing = false;
+            self.finished = true;
+        }
+        self.finished
+    }
+
     async fn run(mut self) {
         loop {
+            if self.done() {
+                return;
+            }
+            if !self.prepared().await {
+                continue;
+            }
             let batch: Vec<Request<T, R>> = {
                 let mut s = lock(&self.shared);
-                // Withdrawn requests are dropped unwritten.
+                // Withdrawn requests are dropped unwritten (also those withdrawn while the
+                // flush prepared).
                 s.queued
                     .retain(|r| r.state.load(Ordering::Acquire) != WITHDRAWN);
                 if s.queued.is_empty() {
-                    // Under the lock enqueuers take: no request is left without a flusher.
-                    s.flushing = false;
-                    self.finished = true;
-                    return;
+                    continue;
                 }
                 let take = self.bound.take_of(s.queued.iter().map(|r| &r.item));
                 let taken: Vec<Request<T, R>> = s.queued.drain(..take).collect();
@@ -319,25 +387,19 @@ impl<T, R> Flusher<T, R> {
             let count = batch.len();
             let (items, replies): (Vec<T>, Vec<Reply<R>>) =
                 batch.into_iter().map(|r| (r.item, r.reply)).unzip();
-            match (self.flush)(items).await {
-                Ok(results) if results.len() == count => {
-                    for (reply, result) in replies.into_iter().zip(results) {
-                        let _ = reply.send(Ok(result));
-                    }
+            let results = (self.flush)(items).await;
+            if results.len() == count {
+                for (reply, result) in replies.into_iter().zip(results) {
+                    let _ = reply.send(result);
                 }
-                Ok(results) => {
-                    let err = Error::transport(format!(
-                        "internal error: a batch of {count} got {} results",
-                        results.len()
-                    ));
-                    for reply in replies {
-                        let _ = reply.send(Err(err.clone()));
-                    }
-                }
-                Err(err) => {
-                    for reply in replies {
-                        let _ = reply.send(Err(err.clone()));
-                    }
+            } else {
+                let err = Error::transport(format!(
+                    "internal error: a batch of {count} got {} results",
+                    results.len()
+                ))
+                .with_outcome(Outcome::Unknown);
+                for reply in replies {
+                    let _ = reply.send(Err(err.clone()));
                 }
             }
         }

@@ -81,8 +81,10 @@ pub trait Engine: Send + Sync {
     fn check_message(&self, _message: &NewMessage) -> Result<()> {
         Ok(())
     }
-    /// Stores a batch; returns the new ids in input order.
-    fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>>;
+    /// Stores a batch; answers each message for itself, in input order: its new id, or why it
+    /// was not stored (or may not have been: the error's outcome says which). A message that
+    /// was stored is never answered with an error.
+    fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Vec<Result<String>>>;
     /// Claims up to `limit` due messages, oldest first, without waiting.
     fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>>;
     /// Waits while nothing is claimable: until woken, something may be due, or `cancel`.
@@ -146,14 +148,25 @@ impl From<WaitEnd> for WaitOutcome {
     }
 }
 
-/// How a batch's reply came out.
-pub enum Outcome {
-    Stored(Vec<String>),
+/// The same answer for each of `count` messages written as one atomic unit (one statement,
+/// one transaction): they share one fate.
+pub fn one_fate<R: Clone>(count: usize, result: Result<Vec<R>>) -> Vec<Result<R>> {
+    match result {
+        Ok(values) => values.into_iter().map(Ok).collect(),
+        Err(err) => vec![Err(err); count],
+    }
+}
+
+/// What the reply to a batch sent on the direct path said.
+pub enum BatchReply {
+    /// Each message's own answer, in order.
+    Answered(Vec<Result<String>>),
+    /// The batch as a whole was refused, or its reply could not be read.
     Failed(Error),
 }
 
 /// Stores a batch again on the runtime, as the same batch.
-pub type Resend = Box<dyn FnOnce() -> BoxFuture<'static, Result<Vec<String>>> + Send>;
+pub type Resend = Box<dyn FnOnce() -> BoxFuture<'static, Vec<Result<String>>> + Send>;
 
 /// A batch's request as written, and what follows its reply.
 pub struct Encoded {
@@ -184,5 +197,5 @@ pub trait DirectWire: Send + Sync + 'static {
     fn encode(&self, messages: Vec<NewMessage>) -> Encoded;
     /// The reply at the start of `buf` to a batch of `count` and its length, `None` if
     /// incomplete; an error if the bytes are no reply at all.
-    fn read_reply(&self, buf: &[u8], count: usize) -> Result<Option<(Outcome, usize)>>;
+    fn read_reply(&self, buf: &[u8], count: usize) -> Result<Option<(BatchReply, usize)>>;
 }

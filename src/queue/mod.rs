@@ -32,7 +32,7 @@ use crate::queue::prefetch::Prefetch;
 use crate::queue::send_order::{Hold, SendOrder};
 use crate::queue::stats::{Counters, Snapshot};
 use crate::queue::write_behind::WriteBehind;
-use crate::support::error::{Cause, Error, ErrorKind, Result};
+use crate::support::error::{Cause, Error, ErrorKind, Outcome, Result};
 use futures_util::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -144,6 +144,7 @@ impl Queue {
         let (ack_engine, ack_fence) = (engine.clone(), fence.clone());
         let send_engine = engine.clone();
         let send_setup = setup.clone();
+        let prepare_setup = setup.clone();
         let send_wake = engine.wake_signal();
         let counters = Arc::new(Counters::default());
         engine.attach_counters(counters.clone());
@@ -159,9 +160,10 @@ impl Queue {
                     let (engine, fence) = (ack_engine.clone(), ack_fence.clone());
                     Box::pin(async move {
                         let count = ids.len();
-                        fence.delete(&*engine, ids).await?;
-                        Ok(vec![(); count])
-                    }) as BoxFuture<'static, Result<Vec<()>>>
+                        // One statement or script: its acks share one fate.
+                        let deleted = fence.delete(&*engine, ids).await;
+                        vec![deleted; count]
+                    }) as BoxFuture<'static, Vec<Result<()>>>
                 },
             ),
             sends: Coalescer::new(
@@ -172,16 +174,33 @@ impl Queue {
                     let setup = send_setup.clone();
                     let wake = send_wake.clone();
                     let counters = send_counters.clone();
-                    let order = flush_order.clone();
                     Box::pin(async move {
-                        order.cleared().await;
-                        let ids = setup.around(engine.insert(messages)).await?;
-                        wake.wake();
-                        counters.sent(ids.len());
-                        Ok(ids)
-                    }) as BoxFuture<'static, Result<Vec<String>>>
+                        let answers = engine.insert(messages).await;
+                        for answer in &answers {
+                            // A table that vanished is re-created by the next operation.
+                            if let Err(err) = answer {
+                                let _ = setup.observe::<()>(Err(err.clone()));
+                            }
+                        }
+                        let stored = answers.iter().filter(|a| a.is_ok()).count();
+                        if stored > 0 {
+                            wake.wake();
+                            counters.sent(stored);
+                        }
+                        answers
+                    }) as BoxFuture<'static, Vec<Result<String>>>
                 },
-            ),
+            )
+            // Earlier re-sent batches and the first-use setup come before a batch is taken:
+            // until then its sends were not sent and can still be withdrawn.
+            .prepared_by(move || {
+                let order = flush_order.clone();
+                let setup = prepare_setup.clone();
+                Box::pin(async move {
+                    order.cleared().await;
+                    setup.ensure().await
+                }) as BoxFuture<'static, Result<()>>
+            }),
             acks_behind: WriteBehind::new(engine.clone(), fence.clone(), counters.clone()),
             send_order,
             send_backlog,
@@ -280,7 +299,8 @@ impl Queue {
                 Waited::NotSent => Err(Error::connection(format!(
                     "The send was not stored: earlier writes held the connection for {} ms, and this message was withdrawn before it was sent.",
                     bound.as_millis()
-                ))),
+                ))
+                .with_outcome(Outcome::NotApplied)),
                 Waited::Unanswered => Err(engine.unanswered_send()),
             };
             if let Err(err) = &result {
@@ -371,12 +391,15 @@ impl Queue {
             if unwritten == 0 {
                 return err;
             }
+            // The unwritten acks were tried and may have been written: whatever the last
+            // error knew of its own write, theirs is unknown.
             Error::new(
                 err.kind,
                 format!(
                     "{unwritten} acknowledgement(s) could not be written before close; those messages will be delivered again after their lease. Last error: {err}"
                 ),
             )
+            .with_outcome(Outcome::Unknown)
         });
         let released = self.release_prefetched().await;
         self.engine.shutdown().await;

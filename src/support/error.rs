@@ -39,6 +39,26 @@ impl ErrorKind {
     }
 }
 
+/// What a rejected write did to storage, so that code can tell a safe retry from a risky one
+/// without reading the message: crosses the boundary as `error.outcome`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Nothing of the operation was applied: it may be tried again as it is.
+    NotApplied,
+    /// The operation went out and no answer came back: it may have been applied.
+    Unknown,
+}
+
+impl Outcome {
+    /// The name JavaScript sees (`error.outcome`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::NotApplied => "not-applied",
+            Outcome::Unknown => "unknown",
+        }
+    }
+}
+
 /// What the driver, the server or the network said, as the Node drivers an app would use
 /// instead name it (pg, mysql2, better-sqlite3, ioredis, Node's sockets), so that an app can
 /// branch on `error.cause.code` as it did with them.
@@ -119,6 +139,9 @@ pub struct Error {
     /// What the driver, the server or the network said; `None` for a failure of our own
     /// (a bad option, a closed transport, a full backlog).
     pub cause: Option<Box<Cause>>,
+    /// What a failed write did, where it is known better than its kind says (see
+    /// [`Error::outcome`]).
+    pub outcome: Option<Outcome>,
 }
 
 impl fmt::Display for Error {
@@ -134,7 +157,26 @@ impl Error {
             message: message.into(),
             persistent: false,
             cause: None,
+            outcome: None,
         }
+    }
+
+    /// Says what the failed write did.
+    pub fn with_outcome(mut self, outcome: Outcome) -> Self {
+        self.outcome = Some(outcome);
+        self
+    }
+
+    /// What the failed write did: as set, else what the kind implies (a refusal before
+    /// anything went out applied nothing); `None` when it is not known from here.
+    pub fn outcome(&self) -> Option<Outcome> {
+        self.outcome.or(match self.kind {
+            ErrorKind::InvalidArgument
+            | ErrorKind::Closed
+            | ErrorKind::BacklogFull
+            | ErrorKind::NotFound => Some(Outcome::NotApplied),
+            ErrorKind::Connection | ErrorKind::Transport => None,
+        })
     }
 
     /// Attaches what the driver, the server or the network said.
@@ -200,12 +242,15 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     /// The message as it crosses the boundary: a JSON envelope `lib/native/errors.js` unpacks
-    /// (`{"code","message"}` and, when there is one, `"cause":{"code","message","errno","sqlState"}`,
+    /// (`{"code","message"}`, `"outcome"` when known, and, when there is one, `"cause":{"code","message","errno","sqlState"}`,
     /// absent fields left out).
     pub fn boundary_message(&self) -> String {
         let mut envelope = serde_json::Map::new();
         envelope.insert("code".into(), self.kind.code().into());
         envelope.insert("message".into(), self.message.clone().into());
+        if let Some(outcome) = self.outcome() {
+            envelope.insert("outcome".into(), outcome.name().into());
+        }
         if let Some(cause) = &self.cause {
             let mut fields = serde_json::Map::new();
             if let Some(code) = &cause.code {
@@ -266,6 +311,12 @@ mod tests {
         cause.errno = Some(1146);
         cause.sql_state = Some("42S02".into());
         let error = Error::new(ErrorKind::NotFound, "gone \"t\"").caused_by(cause);
+        assert_eq!(
+            Error::connection("lost")
+                .with_outcome(Outcome::Unknown)
+                .boundary_message(),
+            r#"{"code":"E_CONNECTION","message":"lost","outcome":"unknown"}"#
+        );
         let envelope: serde_json::Value =
             serde_json::from_str(&error.boundary_message()).expect("JSON");
         assert_eq!(
@@ -273,6 +324,7 @@ mod tests {
             serde_json::json!({
                 "code": "E_NOT_FOUND",
                 "message": "gone \"t\"",
+                "outcome": "not-applied",
                 "cause": {
                     "code": "ER_NO_SUCH_TABLE",
                     "message": "Table 't' doesn't exist",

@@ -3,8 +3,9 @@
 //! connection, and `TCP_USER_TIMEOUT` (Linux) so that unacknowledged writes fail within the
 //! same bound instead of retransmitting for minutes.
 //!
-//! Redis connections get these settings from the `redis` crate when it opens its sockets; SQL
-//! connections from `direct::own_sockets`, since sqlx opens its sockets itself.
+//! Only sockets the addon opens itself get them: Redis connections, from the `redis` crate as it
+//! opens them, and the direct send connection. SQL connections are opened by sqlx, which sets
+//! no socket option; their waits are bounded by statement bounds and liveness checks instead.
 
 use std::time::Duration;
 

@@ -7,8 +7,8 @@ use super::resp::{self, Reply};
 use super::send_batch::{self, SendBatch, TransactionError};
 use super::stream_queue::RedisQueue;
 use crate::queue::engine::NewMessage;
-use crate::queue::engine::{ConnectionHold, DirectWire, Encoded, Outcome, Resend};
-use crate::support::error::{Cause, Error, Result};
+use crate::queue::engine::{BatchReply, ConnectionHold, DirectWire, Encoded, Resend};
+use crate::support::error::{Cause, Error, Outcome, Result};
 use futures_util::future::BoxFuture;
 use redis::ConnectionAddr;
 use std::sync::Arc;
@@ -28,6 +28,25 @@ pub struct RedisWire {
 }
 
 impl RedisWire {
+    /// A transaction's refusal, or one command's, as the user's error: read back as the
+    /// client library reads an error reply, for the same kinds.
+    fn send_error(&self, error: TransactionError) -> Error {
+        let TransactionError::Server(text) = error else {
+            return Error::transport(
+                "Redis transport failed during \"send\": the server answered the transaction with a reply of another shape",
+            )
+            .with_outcome(Outcome::Unknown);
+        };
+        match redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).map(|v| v.extract_error())
+        {
+            Ok(Err(e)) => self.queue.err("send", &e),
+            _ => Error::transport(
+                "Redis transport failed during \"send\": an unreadable error reply",
+            )
+            .with_outcome(Outcome::Unknown),
+        }
+    }
+
     /// `None` on a cluster or over TLS: those keep to the runtime's connections.
     pub fn new(queue: Arc<RedisQueue>) -> Option<Self> {
         let super::connection::Target::Node(client) = &queue.shared.target else {
@@ -153,6 +172,7 @@ impl DirectWire for RedisWire {
                     "Redis transport could not open its send connection: {e}"
                 ))
                 .caused_by(Cause::io(&e))
+                .with_outcome(Outcome::NotApplied)
                 .redacted(&secrets)),
                 Err(_) => Err(Error::connection(
                     "Redis transport could not open its send connection in time",
@@ -160,7 +180,8 @@ impl DirectWire for RedisWire {
                 .caused_by(Cause::timed_out(format!(
                     "no answer within {} ms",
                     timeout.as_millis()
-                )))),
+                )))
+                .with_outcome(Outcome::NotApplied)),
             }
         })
     }
@@ -186,33 +207,26 @@ impl DirectWire for RedisWire {
         }
     }
 
-    fn read_reply(&self, buf: &[u8], count: usize) -> Result<Option<(Outcome, usize)>> {
+    fn read_reply(&self, buf: &[u8], count: usize) -> Result<Option<(BatchReply, usize)>> {
         let parsed =
             resp::parse_replies(buf, send_batch::transaction_replies(count)).map_err(|e| {
                 Error::connection(format!(
                     "Redis transport failed during \"send\": the server's reply was not RESP ({e})"
                 ))
+                .with_outcome(Outcome::Unknown)
             })?;
         let Some((replies, used)) = parsed else {
             return Ok(None);
         };
-        let outcome = match send_batch::transaction_outcome(replies, count) {
-            Ok(ids) => Outcome::Stored(ids),
-            Err(TransactionError::Server(text)) => {
-                // Read back as the client library reads an error, for the same kinds.
-                match redis::parse_redis_value(format!("-{text}\r\n").as_bytes())
-                    .map(|v| v.extract_error())
-                {
-                    Ok(Err(e)) => Outcome::Failed(self.queue.err("send", &e)),
-                    _ => Outcome::Failed(Error::transport(
-                        "Redis transport failed during \"send\": an unreadable error reply",
-                    )),
-                }
-            }
-            Err(TransactionError::Unexpected) => Outcome::Failed(Error::transport(
-                "Redis transport failed during \"send\": the server answered the transaction with a reply of another shape",
-            )),
+        let reply = match send_batch::transaction_outcome(replies, count) {
+            Ok(answers) => BatchReply::Answered(
+                answers
+                    .into_iter()
+                    .map(|answer| answer.map_err(|e| self.send_error(e)))
+                    .collect(),
+            ),
+            Err(refused) => BatchReply::Failed(self.send_error(refused)),
         };
-        Ok(Some((outcome, used)))
+        Ok(Some((reply, used)))
     }
 }

@@ -76,7 +76,7 @@ impl Engine for RedisQueue {
         })
     }
 
-    fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>> {
+    fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Vec<Result<String>>> {
         Box::pin(async move {
             let batch = SendBatch::new(&self.marker_names, &messages);
             self.insert_batch(&messages, batch).await
@@ -206,6 +206,7 @@ impl Engine for RedisQueue {
             "Redis transport failed during \"send\": {detail} (the message may have been stored; not sent again)"
         ))
         .caused_by(crate::support::error::Cause::timed_out(detail))
+        .with_outcome(crate::support::error::Outcome::Unknown)
     }
 
     fn list(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {

@@ -4,7 +4,7 @@
 //! the rest: Transport), its message names the operation and never holds a DSN secret, and
 //! its cause names the failure as ioredis would have (the reply's prefix, Node's socket code).
 
-use crate::support::error::{Cause, Error, ErrorKind};
+use crate::support::error::{Cause, Error, ErrorKind, Outcome};
 
 pub(super) fn classify(err: &redis::RedisError) -> ErrorKind {
     if err.code() == Some("NOGROUP") || err.to_string().contains("NOGROUP") {
@@ -84,6 +84,27 @@ fn is_bad_database(err: &redis::RedisError) -> bool {
     err.to_string().contains("DB index is out of range")
 }
 
+/// What a command (or transaction, or script) that failed with `err` did: nothing when the
+/// server answered it with an error (a command, a `MULTI` it discarded, or a script refused
+/// before it ran: every script here fails, if at all, at its first write) or never got it (a
+/// refused connection or login); unknown when the connection failed once it may have gone
+/// out, or a cluster redirected part of a pipeline.
+pub(super) fn outcome(err: &redis::RedisError) -> Outcome {
+    if err.is_connection_refusal() || is_refusal(err) {
+        Outcome::NotApplied
+    } else if err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_cluster_error()
+    {
+        Outcome::Unknown
+    } else if err.code().is_some() {
+        Outcome::NotApplied
+    } else {
+        Outcome::Unknown
+    }
+}
+
 /// The error of operation `op` that met `err`, with no secret of `secrets` in it.
 pub(super) fn error_during(op: &str, err: &redis::RedisError, secrets: &[String]) -> Error {
     let error = Error::new(
@@ -91,6 +112,7 @@ pub(super) fn error_during(op: &str, err: &redis::RedisError, secrets: &[String]
         format!("Redis transport failed during \"{op}\": {err}"),
     )
     .caused_by(cause(err))
+    .with_outcome(outcome(err))
     .redacted(secrets);
     if is_refusal(err) {
         error.persistent()

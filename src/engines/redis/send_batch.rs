@@ -87,12 +87,6 @@ impl SendBatch {
         self.tried = true;
         self
     }
-
-    /// Whether a second attempt can find what a first one stored: due messages need the
-    /// marker, delayed ones are their own (a member with its nonce is added once).
-    pub(super) fn repeatable(&self) -> bool {
-        self.marker.is_some() || self.nonces.iter().all(Option::is_some)
-    }
 }
 
 /// What a transaction's first attempt at a batch leaves under the batch's marker: the batch
@@ -156,11 +150,12 @@ pub(super) fn transaction_replies(count: usize) -> usize {
 /// What the replies to a transaction of `count` messages say. A command refused while queued
 /// (an out-of-memory or ACL refusal) makes the server discard the whole transaction:
 /// nothing ran, and the first refusal is the answer. Otherwise `EXEC` answers each command
-/// in order: the entries' ids, or the error an `XADD` met (a key of another type).
+/// in order, and each message for itself: its entry's id, or the error its `XADD` met (a key
+/// of another type). The marker's own answer is not a message's.
 pub(super) fn transaction_outcome(
     replies: Vec<super::resp::Reply>,
     count: usize,
-) -> std::result::Result<Vec<String>, TransactionError> {
+) -> std::result::Result<Vec<std::result::Result<String, TransactionError>>, TransactionError> {
     use super::resp::Reply;
     let mut replies = replies.into_iter();
     let exec = replies.next_back();
@@ -173,7 +168,7 @@ pub(super) fn transaction_outcome(
     match exec {
         Some(Reply::Array(Some(mut answers))) if answers.len() == count + 1 => {
             answers.truncate(count);
-            answers
+            Ok(answers
                 .into_iter()
                 .map(|answer| match answer {
                     Reply::Bulk(Some(id)) => {
@@ -182,7 +177,7 @@ pub(super) fn transaction_outcome(
                     Reply::Error(text) => Err(TransactionError::Server(text)),
                     _ => Err(TransactionError::Unexpected),
                 })
-                .collect()
+                .collect())
         }
         Some(Reply::Error(text)) => Err(TransactionError::Server(text)),
         _ => Err(TransactionError::Unexpected),
@@ -203,7 +198,7 @@ pub(super) fn first_refusal(error: redis::RedisError) -> redis::RedisError {
     }
 }
 
-/// Why a transaction stored nothing.
+/// Why a transaction, or one of its commands, stored nothing.
 #[derive(Debug, PartialEq)]
 pub(super) enum TransactionError {
     /// The server's error reply, as it sent it (without the leading `-`).
@@ -307,7 +302,7 @@ pub(super) mod tests {
         ];
         assert_eq!(
             transaction_outcome(stored, 2),
-            Ok(vec!["1-0".to_owned(), "1-1".to_owned()])
+            Ok(vec![Ok("1-0".to_owned()), Ok("1-1".to_owned())])
         );
         let refused = vec![
             ok(),
@@ -323,11 +318,20 @@ pub(super) mod tests {
             ok(),
             queued(),
             queued(),
-            Reply::Array(Some(vec![Reply::Error("WRONGTYPE".into()), ok()])),
+            queued(),
+            Reply::Array(Some(vec![
+                Reply::Error("WRONGTYPE".into()),
+                id("1-1"),
+                ok(),
+            ])),
         ];
+        // Each message is answered for itself.
         assert_eq!(
-            transaction_outcome(wrong_type, 1),
-            Err(TransactionError::Server("WRONGTYPE".into()))
+            transaction_outcome(wrong_type, 2),
+            Ok(vec![
+                Err(TransactionError::Server("WRONGTYPE".into())),
+                Ok("1-1".to_owned())
+            ])
         );
         let short = vec![ok(), queued(), queued(), Reply::Array(Some(vec![ok()]))];
         assert_eq!(

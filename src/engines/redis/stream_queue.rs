@@ -17,7 +17,7 @@ use super::replies::StreamId;
 use super::slot;
 use crate::queue::wake::{WakeBoard, WakeSignal};
 use crate::support::dsn::RedisDsn;
-use crate::support::error::{Cause, Error, Result};
+use crate::support::error::{Cause, Error, Outcome, Result};
 use crate::support::targets::{same_budget, Targets};
 use redis::aio::MultiplexedConnection;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -87,7 +87,8 @@ impl RedisShared {
         )
         .await
         .map_err(|_| self.no_answer(op))?
-        .map_err(|e| self.error(op, &e))?;
+        // Nothing went out on a connection that could not be made.
+        .map_err(|e| self.error(op, &e).with_outcome(Outcome::NotApplied))?;
         *slot = Some(made.clone());
         Ok(made)
     }
@@ -238,6 +239,7 @@ impl RedisShared {
         );
         Error::connection(format!("Redis transport failed during \"{op}\": {detail}"))
             .caused_by(Cause::timed_out(detail))
+            .with_outcome(Outcome::NotApplied)
     }
 }
 

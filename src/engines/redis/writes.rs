@@ -1,6 +1,7 @@
 //! Writes to a stream: sends (due entries by a transaction that marks the batch stored, and
 //! any repeat of it by a script that finds that mark, so a batch is stored once however often
-//! it is sent; delayed ones scored on Redis's clock by a script), rejects (the copy and the
+//! it is sent; delayed ones all in one `ZADD`, scored on Redis's clock by a script; each part
+//! answered for itself), rejects (the copy and the
 //! removal of the original in one script) and acks (XACK and XDEL in one MULTI).
 //! Invariant: each write is one pipeline, script or transaction per attempt, and a reject
 //! copies only an entry still pending in the group, so repeating one after a lost reply makes
@@ -11,7 +12,7 @@ use super::send_batch::{first_refusal, SendBatch, SENT_MARKER_TTL_MS, STORED_BY_
 use super::stream_queue::RedisQueue;
 use crate::queue::engine::NewMessage;
 use crate::support::backoff::Backoff;
-use crate::support::error::{Error, Result};
+use crate::support::error::{Error, Outcome, Result};
 use redis::{Script, Value};
 use std::sync::atomic::Ordering;
 use std::sync::LazyLock;
@@ -38,11 +39,11 @@ pub(super) struct InsertFailure {
 }
 
 impl InsertFailure {
-    /// Whether the batch whose attempt failed so may be sent once more: only when the
+    /// Whether the part whose attempt failed so may be sent once more: only when the
     /// connection was found closed, not already after a repeat, and when a copy the failed
-    /// attempt may have stored would be found rather than stored twice.
-    pub(super) fn may_send_again(&self, batch: &SendBatch, resent: bool) -> bool {
-        self.dropped && !resent && batch.repeatable()
+    /// attempt may have stored would be found rather than stored twice (`repeatable`).
+    pub(super) fn may_send_again(&self, repeatable: bool, resent: bool) -> bool {
+        self.dropped && !resent && repeatable
     }
 }
 
@@ -56,67 +57,124 @@ impl From<Error> for InsertFailure {
     }
 }
 
+/// The two parts of a batch of sends, written apart so that one failing cannot hide the
+/// other's outcome: due messages go to the stream, delayed ones to the delayed set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Due,
+    Delayed,
+}
+
 impl RedisQueue {
-    /// Stores `batch` (attempts at one batch are the same batch: see `SendBatch`).
+    /// Stores `batch` (attempts at one batch are the same batch: see `SendBatch`), answering
+    /// each message for itself: the due part and the delayed part are written apart (each
+    /// all or nothing), so a delayed set of another type, say, fails only the delayed sends.
     pub(super) async fn insert_batch(
         &self,
         messages: &[NewMessage],
         mut batch: SendBatch,
+    ) -> Vec<Result<String>> {
+        let (due, delayed): (Vec<usize>, Vec<usize>) =
+            (0..messages.len()).partition(|&i| messages[i].delay_ms <= 0.0);
+        let mut answers: Vec<Result<String>> = Vec::with_capacity(messages.len());
+        answers.resize_with(messages.len(), || Ok(String::new()));
+        for (part, slots) in [(Part::Due, due), (Part::Delayed, delayed)] {
+            if slots.is_empty() {
+                continue;
+            }
+            let part_messages: Vec<&NewMessage> = slots.iter().map(|&i| &messages[i]).collect();
+            let nonces: Vec<String> = slots
+                .iter()
+                .filter_map(|&i| batch.nonces[i].clone())
+                .collect();
+            let stored = self
+                .store_part(part, &part_messages, &nonces, &mut batch)
+                .await;
+            match stored {
+                Ok(ids) => {
+                    for (slot, id) in slots.into_iter().zip(ids) {
+                        answers[slot] = Ok(id);
+                    }
+                    if part == Part::Delayed {
+                        self.expect_delayed(&part_messages);
+                    }
+                }
+                Err(err) => {
+                    for slot in slots {
+                        answers[slot] = Err(err.clone());
+                    }
+                }
+            }
+        }
+        answers
+    }
+
+    /// Stores one part of a batch. A connection found closed (the server dropped it while
+    /// idle: a restart, a CLIENT KILL; or just after it ran the part) is re-made and the same
+    /// part sent once more, if a first copy would be found (the due part's marker, the delayed
+    /// members' nonces):
+    /// then it is stored once however often it is sent. Otherwise (a cluster's XADDs), and
+    /// after a timeout (the server may still be working on it), the error says it may have
+    /// been stored. A redirect proves the command did not run: it is sent again, with
+    /// backoff, while a migrating slot settles (the client follows only a couple by itself).
+    async fn store_part(
+        &self,
+        part: Part,
+        messages: &[&NewMessage],
+        nonces: &[String],
+        batch: &mut SendBatch,
     ) -> Result<Vec<String>> {
-        // A connection found closed (the server dropped it while idle: a restart, a
-        // CLIENT KILL; or just after it ran the batch) is re-made and the same batch sent
-        // once more, if a first copy would be found (see `SendBatch::repeatable`): then it is
-        // stored once however often it is sent. Otherwise (a cluster's XADDs), and after a
-        // timeout (the server may still be working on it), the error says it may have been
-        // stored.
-        // A redirect proves the command did not run: it is sent again, with backoff,
-        // while a migrating slot settles (the client follows only a couple by itself).
         // How often a one-command send answered by a cluster redirect is sent again, and the
         // pauses between (about 0.3 s in all: a slot's keys move in milliseconds).
         const MAX_REDIRECT_RESENDS: u32 = 5;
         const REDIRECT_PAUSE: Duration = Duration::from_millis(10);
         const MAX_REDIRECT_PAUSE: Duration = Duration::from_millis(160);
         let mut redirects = Backoff::new(REDIRECT_PAUSE, MAX_REDIRECT_PAUSE);
-        let (mut redirected, mut resent) = (0, false);
-        let ids = loop {
-            let first = !batch.tried;
-            let attempt = self.insert_once(messages, &batch).await;
-            batch.tried = true;
+        let (mut redirected, mut resent, mut first) = (0, false, true);
+        // Delayed members carry their nonces: a repeat adds each once.
+        let repeatable = part == Part::Delayed || batch.marker.is_some();
+        loop {
+            let attempt = match part {
+                Part::Due => self.due_once(messages, batch).await,
+                Part::Delayed => self.delayed_once(messages, nonces).await,
+            };
+            if part == Part::Due {
+                batch.tried = true;
+            }
             match attempt {
                 Ok(ids) => {
-                    if let (true, Some(marker)) = (first, batch.marker.take()) {
+                    if let (Part::Due, true, Some(marker)) = (part, first, batch.marker.take()) {
                         // Answered at its first attempt: never sent again, so never read.
                         self.forget_marker(marker);
                     }
-                    break ids;
+                    return Ok(ids);
                 }
                 Err(failure) if failure.redirected && redirected < MAX_REDIRECT_RESENDS => {
                     redirected += 1;
                     tokio::time::sleep(redirects.next_pause()).await;
                 }
                 Err(failure)
-                    if failure.may_send_again(&batch, resent)
+                    if failure.may_send_again(repeatable, resent)
                         && self.contacted.load(Ordering::Acquire) =>
                 {
                     resent = true;
                 }
                 Err(failure) => return Err(failure.error),
             }
-        };
-        if let Some(earliest) = messages
-            .iter()
-            .filter(|m| m.delay_ms > 0.0)
-            .map(|m| m.delay_ms)
-            .reduce(f64::min)
-        {
-            // A blocked read of this instance re-plans its wait around the new member.
-            let due = crate::support::durations::millis(earliest);
-            let mut next_due = self.next_due.lock().unwrap_or_else(|p| p.into_inner());
-            *next_due = Some(next_due.map_or(due, |known| known.min(due)));
-            drop(next_due);
-            self.delayed_added.wake();
+            first = false;
         }
-        Ok(ids)
+    }
+
+    /// A blocked read of this instance re-plans its wait around the new delayed members.
+    fn expect_delayed(&self, delayed: &[&NewMessage]) {
+        let Some(earliest) = delayed.iter().map(|m| m.delay_ms).reduce(f64::min) else {
+            return;
+        };
+        let due = crate::support::durations::millis(earliest);
+        let mut next_due = self.next_due.lock().unwrap_or_else(|p| p.into_inner());
+        *next_due = Some(next_due.map_or(due, |known| known.min(due)));
+        drop(next_due);
+        self.delayed_added.wake();
     }
 
     /// Notes the marker of a batch answered at its first attempt (never read again), and
@@ -141,84 +199,81 @@ impl RedisQueue {
         });
     }
 
-    /// One attempt at storing `batch`: due messages by a transaction that marks the batch
-    /// stored, or by the script that finds that mark when the attempt is a repeat (or, for a
-    /// stream no marker key can share a cluster slot with, one pipeline of XADDs), delayed ones
-    /// through the script that scores them on Redis's clock. A connection lost once the
-    /// commands went out leaves their outcome unknown: the error says they may have been
-    /// stored.
-    pub(super) async fn insert_once(
+    /// What a failed send command means for its part of the batch: a redirect of a lone
+    /// command did not run it; a connection failure leaves it unknown (and, when the
+    /// connection was found closed, worth one repeat); anything else is the server's refusal.
+    fn send_failure(&self, e: &redis::RedisError, one_command: bool) -> InsertFailure {
+        let error = self.err("send", e);
+        if one_command && e.is_cluster_error() {
+            InsertFailure {
+                error: Error {
+                    message: format!(
+                        "{} (the cluster kept redirecting the send: nothing was stored)",
+                        error.message
+                    ),
+                    ..error
+                }
+                .with_outcome(Outcome::NotApplied),
+                dropped: false,
+                redirected: true,
+            }
+        } else if error.is_transient_connection() {
+            InsertFailure {
+                error: Error {
+                    message: format!(
+                        "{} (the connection was lost with the outcome unknown: the messages may have been stored)",
+                        error.message
+                    ),
+                    ..error
+                }
+                .with_outcome(Outcome::Unknown),
+                dropped: e.is_connection_dropped() && !e.is_timeout(),
+                redirected: false,
+            }
+        } else {
+            error.into()
+        }
+    }
+
+    /// One attempt at storing the due part: by a transaction that marks the batch stored, or
+    /// by the script that finds that mark when the attempt is a repeat (or, for a stream no
+    /// marker key can share a cluster slot with, one pipeline of XADDs).
+    async fn due_once(
         &self,
-        messages: &[NewMessage],
+        due: &[&NewMessage],
         batch: &SendBatch,
     ) -> std::result::Result<Vec<String>, InsertFailure> {
         let mut conn = self.conn("send").await?;
         // A redirect (MOVED, ASK, TRYAGAIN, CLUSTERDOWN: the slot is migrating) answers a command
         // instead of running it: a batch of one command that got one was not applied and may be
         // sent again. (A longer pipeline may have run its first commands before the key moved.)
-        let one_command = messages.len() == 1;
-        let sent = |e: &redis::RedisError| {
-            let error = self.err("send", e);
-            if one_command && e.is_cluster_error() {
-                InsertFailure {
-                    error: Error {
-                        message: format!(
-                            "{} (the cluster kept redirecting the send: nothing was stored)",
-                            error.message
-                        ),
-                        ..error
-                    },
-                    dropped: false,
-                    redirected: true,
-                }
-            } else if error.is_transient_connection() {
-                InsertFailure {
-                    error: Error {
-                        message: format!(
-                            "{} (the connection was lost with the outcome unknown: the messages may have been stored)",
-                            error.message
-                        ),
-                        ..error
-                    },
-                    dropped: e.is_connection_dropped() && !e.is_timeout(),
-                    redirected: false,
-                }
-            } else {
-                error.into()
-            }
-        };
-        let mut ids: Vec<Option<String>> = vec![None; messages.len()];
-        let immediate: Vec<usize> = (0..messages.len())
-            .filter(|&i| messages[i].delay_ms <= 0.0)
-            .collect();
-        if !immediate.is_empty() {
-            let due: Vec<&NewMessage> = immediate.iter().map(|&i| &messages[i]).collect();
-            let added: Vec<String> = match &batch.marker {
-                Some(marker) if batch.tried => self.add_once(&mut conn, marker, &due).await,
-                Some(marker) => self.add_marked(&mut conn, marker, &due).await,
-                None => self.add_each(&mut conn, &due).await,
-            }
-            .map_err(|e| sent(&e))?;
-            for (slot, id) in immediate.into_iter().zip(added) {
-                ids[slot] = Some(id);
-            }
+        let one_command = due.len() == 1 && batch.marker.is_none();
+        match &batch.marker {
+            Some(marker) if batch.tried => self.add_once(&mut conn, marker, due).await,
+            Some(marker) => self.add_marked(&mut conn, marker, due).await,
+            None => self.add_each(&mut conn, due).await,
         }
-        for (i, m) in messages.iter().enumerate() {
-            // Only delayed messages have a nonce.
-            let Some(nonce) = batch.nonces[i].as_deref() else {
-                continue;
-            };
-            let member = self.delayed_member(nonce, &m.body, &m.headers)?;
-            ADD_DELAYED
-                .key(&self.config.delay_key)
-                .arg(m.delay_ms.ceil() as u64)
-                .arg(member)
-                .invoke_async::<i64>(&mut conn)
-                .await
-                .map_err(|e| sent(&e))?;
-            ids[i] = Some(nonce.to_owned());
+        .map_err(|e| self.send_failure(&e, one_command))
+    }
+
+    /// One attempt at storing the delayed part: every member in one `ZADD` (one command, so
+    /// all or nothing), scored on Redis's clock; a member already there (its first reply was
+    /// lost) keeps its first score. Answers the members' nonces.
+    async fn delayed_once(
+        &self,
+        delayed: &[&NewMessage],
+        nonces: &[String],
+    ) -> std::result::Result<Vec<String>, InsertFailure> {
+        let mut conn = self.conn("send").await?;
+        let mut add = ADD_DELAYED.key(&self.config.delay_key);
+        for (m, nonce) in delayed.iter().zip(nonces) {
+            add.arg(m.delay_ms.ceil() as u64)
+                .arg(self.delayed_member(nonce, &m.body, &m.headers)?);
         }
-        Ok(ids.into_iter().map(Option::unwrap_or_default).collect())
+        add.invoke_async::<i64>(&mut conn)
+            .await
+            .map_err(|e| self.send_failure(&e, true))?;
+        Ok(nonces.to_vec())
     }
 
     /// One attempt at a reject (the script gates on the original still being pending, so a
@@ -386,8 +441,6 @@ fn id_range(ids: &[String]) -> Option<(&str, &str)> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::send_batch::tests::{message, names};
-    use super::super::send_batch::SendBatch;
     use super::{id_range, InsertFailure};
     use crate::support::error::Error;
 
@@ -399,22 +452,13 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_found_dropped_is_sent_again_once_when_its_first_copy_would_be_found() {
-        let single_node = SendBatch::new(&names("", "messenger:s", false), &[message(0.0)]);
-        assert!(dropped().may_send_again(&single_node, false));
-        assert!(!dropped().may_send_again(&single_node, true));
+    fn a_part_found_dropped_is_sent_again_once_when_its_first_copy_would_be_found() {
+        assert!(dropped().may_send_again(true, false));
+        assert!(!dropped().may_send_again(true, true));
+        // A cluster's XADDs: a repeat would store them twice.
+        assert!(!dropped().may_send_again(false, false));
         let timed_out: InsertFailure = Error::connection("timeout").into();
-        assert!(!timed_out.may_send_again(&single_node, false));
-    }
-
-    #[test]
-    fn a_cluster_batch_with_due_messages_is_not_sent_again() {
-        let due = [message(0.0), message(500.0)];
-        let cluster = SendBatch::new(&names("", "messenger:{s}", true), &due);
-        assert!(!dropped().may_send_again(&cluster, false));
-        // Delayed members carry their own nonce: a repeat adds each once.
-        let delayed = SendBatch::new(&names("", "messenger:{s}", true), &[message(500.0)]);
-        assert!(dropped().may_send_again(&delayed, false));
+        assert!(!timed_out.may_send_again(true, false));
     }
 
     #[test]

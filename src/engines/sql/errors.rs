@@ -3,7 +3,7 @@
 //! function builds the user-facing error from both (with secrets scrubbed), so every dialect
 //! reports alike.
 
-use crate::support::error::{Cause, Error, ErrorKind};
+use crate::support::error::{Cause, Error, ErrorKind, Outcome};
 use sqlx::error::DatabaseError;
 use std::time::Duration;
 
@@ -95,6 +95,24 @@ pub fn outcome_unknown(err: &sqlx::Error, failure: Failure) -> bool {
         )
 }
 
+/// What a statement that failed with `err` did to the data: nothing when the server answered
+/// with an error (the statement, or its transaction, was refused or rolled back) or when it
+/// never reached a server (no connection could be had, the connection was refused, a bad
+/// configuration); unknown otherwise: a connection lost mid-statement, or an answer that
+/// could not be read, leaves the write possibly applied.
+pub fn statement_outcome(err: &sqlx::Error) -> Outcome {
+    match err {
+        sqlx::Error::Database(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Configuration(_) => Outcome::NotApplied,
+        sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
+            Outcome::NotApplied
+        }
+        _ => Outcome::Unknown,
+    }
+}
+
 /// The error for a server that accepted no connection within the connect timeout.
 pub fn no_answer(label: &str, op: &str, timeout: Duration, secrets: &[String]) -> Error {
     let detail = format!(
@@ -103,6 +121,7 @@ pub fn no_answer(label: &str, op: &str, timeout: Duration, secrets: &[String]) -
     );
     let cause = Cause::timed_out(detail.clone());
     driver_error(label, op, Failure::Connection, &detail, cause, secrets)
+        .with_outcome(Outcome::NotApplied)
 }
 
 #[cfg(test)]
@@ -121,6 +140,22 @@ mod tests {
         assert_eq!(
             classify_with(&sqlx::Error::RowNotFound, never),
             Failure::Other
+        );
+    }
+
+    #[test]
+    fn a_statement_is_unknown_only_when_it_may_have_reached_the_server() {
+        let refused = sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let reset = sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert_eq!(statement_outcome(&refused), Outcome::NotApplied);
+        assert_eq!(
+            statement_outcome(&sqlx::Error::PoolTimedOut),
+            Outcome::NotApplied
+        );
+        assert_eq!(statement_outcome(&reset), Outcome::Unknown);
+        assert_eq!(
+            statement_outcome(&sqlx::Error::Protocol("torn".into())),
+            Outcome::Unknown
         );
     }
 

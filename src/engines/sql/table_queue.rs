@@ -23,11 +23,11 @@ use super::queue_context::{QueueConfig, QueueContext};
 use super::retry::with_transient_retry;
 use super::target::{SqlTarget, MAX_POOL_CONNECTIONS, STATEMENT_BOUND};
 use crate::queue::engine::WaitOutcome;
-use crate::queue::engine::{Engine, Held, NewMessage, StoredMessage};
+use crate::queue::engine::{one_fate, Engine, Held, NewMessage, StoredMessage};
 use crate::queue::hand_off::HandOffDesk;
 use crate::queue::wake::WakeSignal;
 use crate::support::dsn::SqlDsn;
-use crate::support::error::{Cause, Error, Result};
+use crate::support::error::{Cause, Error, Outcome, Result};
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,7 +102,8 @@ impl<D: SqlDialect> TableQueue<D> {
                     "{} transport failed during \"{op}\": {detail}{unknown}",
                     D::FACTS.label,
                 ))
-                .caused_by(Cause::timed_out(detail)))
+                .caused_by(Cause::timed_out(detail))
+                .with_outcome(Outcome::Unknown))
             }
         }
     }
@@ -150,6 +151,37 @@ impl<D: SqlDialect> TableQueue<D> {
         }
     }
 
+    /// Stores a batch as one statement (or hands it to a waiting consumer), within the
+    /// response bound.
+    async fn insert_all(&self, messages: Vec<NewMessage>) -> Result<Vec<String>> {
+        // The send wakes the queue for its due messages; the soonest delayed one is expected.
+        let soonest = messages
+            .iter()
+            .map(|m| m.delay_ms)
+            .filter(|&delay| delay > 0.0)
+            .fold(f64::INFINITY, f64::min);
+        let stored = self
+            .bounded("send", Some("the messages"), async move {
+                self.ready("send").await?;
+                if let Some(handed) = self.hand_off(&messages).await? {
+                    return Ok(handed);
+                }
+                let ids = D::insert(&self.cx, messages).await?;
+                self.expect_due(soonest);
+                Ok(Handed {
+                    ids,
+                    given_back: false,
+                })
+            })
+            .await?;
+        // Outside the send's bound: the messages are stored, and a release that stalls
+        // must not turn that into a failed send. One that fails stays owed.
+        if stored.given_back {
+            let _ = tokio::time::timeout(SIDE_RELEASE_BOUND, self.release_in_doubt()).await;
+        }
+        Ok(stored.ids)
+    }
+
     /// The queue-and-lease binds of the `count` and `next_due` statements.
     fn queue_and_lease(&self) -> [Param<'_>; 2] {
         [
@@ -195,35 +227,10 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
         D::check_message(&self.cx, message)
     }
 
-    fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Result<Vec<String>>> {
-        // The send wakes the queue for its due messages; the soonest delayed one is expected.
-        let soonest = messages
-            .iter()
-            .map(|m| m.delay_ms)
-            .filter(|&delay| delay > 0.0)
-            .fold(f64::INFINITY, f64::min);
-        Box::pin(async move {
-            let stored = self
-                .bounded("send", Some("the messages"), async move {
-                    self.ready("send").await?;
-                    if let Some(handed) = self.hand_off(&messages).await? {
-                        return Ok(handed);
-                    }
-                    let ids = D::insert(&self.cx, messages).await?;
-                    self.expect_due(soonest);
-                    Ok(Handed {
-                        ids,
-                        given_back: false,
-                    })
-                })
-                .await?;
-            // Outside the send's bound: the messages are stored, and a release that stalls
-            // must not turn that into a failed send. One that fails stays owed.
-            if stored.given_back {
-                let _ = tokio::time::timeout(SIDE_RELEASE_BOUND, self.release_in_doubt()).await;
-            }
-            Ok(stored.ids)
-        })
+    fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Vec<Result<String>>> {
+        let count = messages.len();
+        // One statement (or one transaction with the hand-off's claim): one fate for all.
+        Box::pin(async move { one_fate(count, self.insert_all(messages).await) })
     }
 
     fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
@@ -272,6 +279,7 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             D::FACTS.label,
         ))
         .caused_by(Cause::timed_out(detail))
+        .with_outcome(Outcome::Unknown)
     }
 
     fn claim_lease(&self) -> Duration {

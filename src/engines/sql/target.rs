@@ -11,7 +11,7 @@
 use super::claim_doubt::{InDoubt, RecentClaims};
 use super::connector::{Connector, DialectConnectOptions, OpenedTarget};
 use super::driver::{DueRow, Runner, SqlResult};
-use super::errors::{driver_error, no_answer, outcome_unknown, Failure};
+use super::errors::{driver_error, no_answer, outcome_unknown, statement_outcome, Failure};
 use super::kept_connection::KeptConnection;
 use super::table_poller::{PollTarget, TablePollers};
 use crate::queue::by_queue::ByQueue;
@@ -288,6 +288,7 @@ impl<D: Connector> SqlTarget<D> {
             D::cause(err),
             &self.secrets,
         )
+        .with_outcome(statement_outcome(err))
     }
 }
 
@@ -395,33 +396,26 @@ pub fn server_pool_options<DB: Database>(
         .idle_timeout(Duration::from_secs(60))
 }
 
-/// Where a server dialect's connections go, for their TCP keepalive.
-#[derive(Debug, Clone)]
-pub struct ServerAddress {
-    pub host: String,
-    pub port: u16,
-}
-
-/// `options` with an `after_connect` hook that gives each new connection TCP keepalive (see
-/// `crate::support::tcp_keepalive`) and then runs the dialect's session setup, if any.
-pub fn with_keepalive<DB: Database>(
+/// `options` with an `after_connect` hook that runs the dialect's session setup, if any. No
+/// socket option is set on SQL connections: the driver opens its sockets itself and gives no
+/// hold on them, and the addon changes nothing it cannot name as its own. Every wait on them
+/// is bounded by a statement bound or a liveness check instead.
+pub fn with_session_setup<DB: Database>(
     options: PoolOptions<DB>,
-    server: ServerAddress,
     session_setup: Option<&'static str>,
 ) -> PoolOptions<DB>
 where
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
 {
-    options.after_connect(move |conn, _meta| {
-        let server = server.clone();
-        Box::pin(async move {
-            crate::direct::own_sockets::keep_alive_sockets_to(&server.host, server.port).await;
-            if let Some(sql) = session_setup {
+    match session_setup {
+        None => options,
+        Some(sql) => options.after_connect(move |conn, _meta| {
+            Box::pin(async move {
                 sqlx::Executor::execute(&mut *conn, sql).await?;
-            }
-            Ok(())
-        })
-    })
+                Ok(())
+            })
+        }),
+    }
 }
 
 /// An "Invalid SQL DSN" error that shows the DSN only in its redacted form.

@@ -1,25 +1,29 @@
-//! Group commit: order, coalescing, answers per batch, withdrawal and the backlog bound.
+//! Group commit: order, coalescing, answers per request, the wait before a batch is taken,
+//! withdrawal and the backlog bound.
 
 use super::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::Notify;
 
-fn echo() -> impl Fn(Vec<u32>) -> BoxFuture<'static, Result<Vec<u32>>> + Send + Sync {
-    |items: Vec<u32>| Box::pin(async move { Ok(items) }) as BoxFuture<'static, Result<Vec<u32>>>
+fn echo() -> impl Fn(Vec<u32>) -> BoxFuture<'static, Vec<Result<u32>>> + Send + Sync {
+    |items: Vec<u32>| {
+        Box::pin(async move { items.into_iter().map(Ok).collect() })
+            as BoxFuture<'static, Vec<Result<u32>>>
+    }
 }
 
 /// A flush that waits for `gate` before answering, and records every batch it was given.
 fn gated(
     gate: Arc<Notify>,
     seen: Arc<Mutex<Vec<Vec<u32>>>>,
-) -> impl Fn(Vec<u32>) -> BoxFuture<'static, Result<Vec<u32>>> + Send + Sync {
+) -> impl Fn(Vec<u32>) -> BoxFuture<'static, Vec<Result<u32>>> + Send + Sync {
     move |items: Vec<u32>| {
         seen.lock().unwrap().push(items.clone());
         let gate = gate.clone();
         Box::pin(async move {
             gate.notified().await;
-            Ok(items)
-        }) as BoxFuture<'static, Result<Vec<u32>>>
+            items.into_iter().map(Ok).collect()
+        }) as BoxFuture<'static, Vec<Result<u32>>>
     }
 }
 
@@ -51,8 +55,8 @@ async fn concurrent_requests_share_flushes_and_keep_their_order() {
             counter.fetch_add(1, Ordering::SeqCst);
             Box::pin(async move {
                 tokio::time::sleep(Duration::from_millis(5)).await;
-                Ok(items.into_iter().map(|i| i * 2).collect())
-            }) as BoxFuture<'static, Result<Vec<u32>>>
+                items.into_iter().map(|i| Ok(i * 2)).collect()
+            }) as BoxFuture<'static, Vec<Result<u32>>>
         },
     ));
     let tasks: Vec<_> = (0..100u32)
@@ -78,7 +82,8 @@ async fn enqueued_requests_keep_their_call_order_within_a_batch() {
         Backlog::UNBOUNDED,
         move |items: Vec<u32>| {
             seen.lock().unwrap().push(items.clone());
-            Box::pin(async move { Ok(items) }) as BoxFuture<'static, Result<Vec<u32>>>
+            Box::pin(async move { items.into_iter().map(Ok).collect() })
+                as BoxFuture<'static, Vec<Result<u32>>>
         },
     );
     let mut waits: Vec<_> = (0..50u32).map(|i| coalescer.enqueue(i).unwrap()).collect();
@@ -92,12 +97,82 @@ async fn enqueued_requests_keep_their_call_order_within_a_batch() {
 }
 
 #[tokio::test]
-async fn a_failed_flush_fails_each_request_of_its_batch() {
-    let coalescer = Coalescer::new(BatchBound::items(10), Backlog::UNBOUNDED, |_: Vec<u32>| {
-        Box::pin(async { Err(Error::connection("down")) }) as BoxFuture<'static, Result<Vec<u32>>>
+async fn each_request_hears_its_own_answer_from_a_flush() {
+    // Odd items fail, even ones are stored: one batch, two fates.
+    let coalescer = Coalescer::new(
+        BatchBound::items(10),
+        Backlog::UNBOUNDED,
+        |items: Vec<u32>| {
+            Box::pin(async move {
+                items
+                    .into_iter()
+                    .map(|i| {
+                        if i % 2 == 1 {
+                            Err(Error::transport(format!("{i} refused")))
+                        } else {
+                            Ok(i)
+                        }
+                    })
+                    .collect()
+            }) as BoxFuture<'static, Vec<Result<u32>>>
+        },
+    );
+    let waits: Vec<_> = (0..4u32).map(|i| coalescer.enqueue(i).unwrap()).collect();
+    let mut answers = Vec::new();
+    for wait in waits {
+        answers.push(wait.answer().await.map_err(|e| e.message));
+    }
+    assert_eq!(
+        answers,
+        vec![
+            Ok(0),
+            Err("1 refused".into()),
+            Ok(2),
+            Err("3 refused".into())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn requests_stay_withdrawable_while_the_flush_prepares() {
+    let gate = Arc::new(Notify::new());
+    let prepare_gate = gate.clone();
+    let seen: Seen = Arc::default();
+    let coalescer = Coalescer::new(
+        BatchBound::items(10),
+        Backlog::UNBOUNDED,
+        gated(Arc::new(Notify::new()), seen.clone()),
+    )
+    .prepared_by(move || {
+        let gate = prepare_gate.clone();
+        Box::pin(async move {
+            gate.notified().await;
+            Ok(())
+        })
     });
+    let first = coalescer.enqueue(1).unwrap();
+    tokio::task::yield_now().await;
+    // Its bound ran out while the flush still waited for what comes first: never sent.
+    assert!(matches!(
+        first.within(Duration::from_millis(30)).await,
+        Waited::NotSent
+    ));
+    gate.notify_one();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "a withdrawn request was written"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_preparation_answers_the_queued_requests_as_not_applied() {
+    let coalescer = Coalescer::new(BatchBound::items(10), Backlog::UNBOUNDED, echo())
+        .prepared_by(|| Box::pin(async { Err(Error::connection("setup failed")) }));
     let err = coalescer.submit(1).await.unwrap_err();
-    assert_eq!(err.message, "down");
+    assert_eq!(err.message, "setup failed");
+    assert_eq!(err.outcome(), Some(Outcome::NotApplied));
+    assert_eq!(coalescer.waiting(), 0);
 }
 
 #[tokio::test]
@@ -120,7 +195,8 @@ async fn a_flush_carries_at_most_its_bytes_and_a_large_request_goes_alone() {
     };
     let coalescer = Coalescer::new(bound, Backlog::UNBOUNDED, move |items: Vec<u32>| {
         seen.lock().unwrap().push(items.clone());
-        Box::pin(async move { Ok(items) }) as BoxFuture<'static, Result<Vec<u32>>>
+        Box::pin(async move { items.into_iter().map(Ok).collect() })
+            as BoxFuture<'static, Vec<Result<u32>>>
     });
     let waits: Vec<_> = [4, 4, 4, 30, 1, 2]
         .into_iter()
@@ -189,7 +265,7 @@ async fn a_caller_that_stops_waiting_does_not_cancel_the_write() {
                 let result = write.await;
                 count.fetch_add(1, Ordering::SeqCst);
                 result
-            }) as BoxFuture<'static, Result<Vec<u32>>>
+            }) as BoxFuture<'static, Vec<Result<u32>>>
         },
     );
     let first = coalescer.enqueue(1).unwrap();

@@ -1,7 +1,10 @@
--- Adds a delayed message, due at Redis's clock (TIME) plus the delay.
--- KEYS[1] delayed zset; ARGV[1] delay in ms, ARGV[2] the member ({"nonce","body","headers"}).
--- NX: the same member sent again (its first reply was lost) keeps its first due time.
+-- Adds delayed messages, each due at Redis's clock (TIME) plus its delay. A key of another
+-- type fails the first ZADD, before anything is added.
+-- KEYS[1] delayed zset; ARGV: delay in ms, member ({"nonce","body","headers"}), delay, member, …
+-- NX: a member sent again (its first reply was lost) keeps its first due time.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[1], 'NX', now + math.floor(tonumber(ARGV[1])), ARGV[2])
-return 1
+for i = 1, #ARGV, 2 do
+  redis.call('ZADD', KEYS[1], 'NX', now + math.floor(tonumber(ARGV[i])), ARGV[i + 1])
+end
+return #ARGV / 2

@@ -24,7 +24,7 @@ use crate::engines::sql::ids::{held_condition, id_list, HeldRow};
 use crate::engines::sql::queue_context::QueueContext;
 use crate::engines::sql::retry::with_rollback_retry;
 use crate::engines::sql::target::{
-    invalid_dsn, pool_share, server_pool_options, with_keepalive, ServerAddress, SqlTarget,
+    invalid_dsn, pool_share, server_pool_options, with_session_setup, SqlTarget,
     MAX_POOL_CONNECTIONS,
 };
 use crate::queue::engine::{Held, NewMessage, StoredMessage};
@@ -89,18 +89,13 @@ impl Connector for MySql {
             .no_engine_substitution(false)
             .charset("utf8mb4")
             .disable_statement_logging();
-        let server = ServerAddress {
-            host: options.get_host().to_owned(),
-            port: options.get_port(),
-        };
         // READ COMMITTED: a claim's UPDATE … WHERE id IN (…) may scan the primary key; under
         // REPEATABLE READ that locks every row it passes (other queues, rows being inserted by
         // other sessions) until commit, stalling claims and deadlocking sends. Under READ
         // COMMITTED rows that do not match are not locked. (The time zone is left alone: see
         // the module doc.)
-        let pool = with_keepalive(
+        let pool = with_session_setup(
             server_pool_options(connect_timeout, pool_max),
-            server,
             Some("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"),
         )
         .connect_lazy_with(options.clone());

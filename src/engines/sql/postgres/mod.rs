@@ -21,7 +21,7 @@ use crate::engines::sql::ids::HeldRow;
 use crate::engines::sql::queue_context::QueueContext;
 use crate::engines::sql::retry::with_rollback_retry;
 use crate::engines::sql::target::{
-    invalid_dsn, pool_share, server_pool_options, with_keepalive, ServerAddress, SqlTarget,
+    invalid_dsn, pool_share, server_pool_options, with_session_setup, SqlTarget,
     MAX_POOL_CONNECTIONS,
 };
 use crate::queue::engine::{Held, NewMessage, StoredMessage};
@@ -93,13 +93,11 @@ impl Connector for Postgres {
             ", and the LISTEN connection is one more",
         )?;
         let options = connect_options(dsn)?;
-        let server = server_of(&options);
         // Through a transaction pooler a session setting would stay on a server connection
         // that other clients (other applications) are lent next.
         let session_setup = (!transaction_pooled).then_some(session_defaults::SESSION_SETUP);
-        let pool = with_keepalive(
+        let pool = with_session_setup(
             server_pool_options(connect_timeout, pool_max),
-            server.clone(),
             session_setup,
         )
         .connect_lazy_with(options.clone());
@@ -108,16 +106,12 @@ impl Connector for Postgres {
             None => (!transaction_pooled).then(|| options.clone()),
         };
         let listener = listen_options.map(|listen_options| {
-            let listener_pool = with_keepalive(
-                PgPoolOptions::new()
-                    .max_connections(1)
-                    .test_before_acquire(false)
-                    .acquire_timeout(connect_timeout)
-                    .idle_timeout(None),
-                server_of(&listen_options),
-                None,
-            )
-            .connect_lazy_with(listen_options);
+            let listener_pool = PgPoolOptions::new()
+                .max_connections(1)
+                .test_before_acquire(false)
+                .acquire_timeout(connect_timeout)
+                .idle_timeout(None)
+                .connect_lazy_with(listen_options);
             PgNotifyListener::new(listener_pool, board.clone())
         });
         Ok(OpenedTarget {
@@ -361,11 +355,4 @@ fn connect_options(dsn: &SqlDsn) -> Result<PgConnectOptions> {
         Some(mode) => options.ssl_mode(mode.for_sqlx()),
         None => session_defaults::plain_on_loopback(options, &tls.url),
     })
-}
-
-fn server_of(options: &PgConnectOptions) -> ServerAddress {
-    ServerAddress {
-        host: options.get_host().to_owned(),
-        port: options.get_port(),
-    }
 }
