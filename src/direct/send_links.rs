@@ -27,11 +27,25 @@ pub(super) fn find_or_open(
     }
 }
 
+/// Runs a libuv callback's body so that a panic in it ends there: unwinding into libuv would
+/// abort the app's process. What the callback was doing is lost; the link's timer and the
+/// sends' bound fail the batches it held, as for a connection that went silent.
+fn guarded(body: impl FnOnce()) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+}
+
 unsafe extern "C" fn on_poll(
     handle: *mut c_void,
     status: std::ffi::c_int,
     events: std::ffi::c_int,
 ) {
+    // SAFETY: as the callback's own contract (below).
+    guarded(|| unsafe { poll_ready(handle, status, events) });
+}
+
+/// # Safety
+/// `handle` is a poll handle of a link, made by `uv`; called on the link's thread by libuv.
+unsafe fn poll_ready(handle: *mut c_void, status: std::ffi::c_int, events: std::ffi::c_int) {
     // SAFETY: the handle is a poll handle of a link, made by `uv`.
     let link = unsafe { uv::data_of(handle) } as *mut Link;
     let ready = {
@@ -57,6 +71,13 @@ unsafe extern "C" fn on_poll(
 }
 
 unsafe extern "C" fn on_timer(handle: *mut c_void) {
+    // SAFETY: as the callback's own contract (below).
+    guarded(|| unsafe { timer_fired(handle) });
+}
+
+/// # Safety
+/// `handle` is the timer of a link, made by `uv`; called on the link's thread by libuv.
+unsafe fn timer_fired(handle: *mut c_void) {
     // SAFETY: the handle is the timer of a link, made by `uv`.
     let link = unsafe { uv::data_of(handle) } as *mut Link;
     let ready = {
@@ -124,6 +145,13 @@ pub(super) unsafe fn free_if_unused(link: *mut Link) {
 /// during teardown could still call back into the link, so everything ends here, with
 /// nothing handed to the runtime.
 unsafe extern "C" fn on_env_teardown(data: *mut c_void) {
+    // SAFETY: as the hook's own contract (below).
+    guarded(|| unsafe { end_link(data) });
+}
+
+/// # Safety
+/// `data` is a link registered by `open_link`; called on its environment's thread.
+unsafe fn end_link(data: *mut c_void) {
     let link = data as *mut Link;
     // SAFETY: the hook's data is the link, alive until `free_if_unused` removes the hook; on
     // the environment's thread, outside any napi call.
