@@ -62,6 +62,12 @@ export declare class NativeQueue {
    */
   pendingAcks(): number
   /**
+   * The most one write (a send, a batch of acks) may take before it is given up, in
+   * milliseconds: JavaScript holds its event loop for pending acks while they make progress
+   * within it, and lets the process end once they have not for longer.
+   */
+  writeBoundMs(): number
+  /**
    * Stops renewing the claim of a delivered message that JavaScript settled without a
    * write (its handler is done); acks and rejects do this themselves.
    */

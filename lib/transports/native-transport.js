@@ -25,6 +25,8 @@ const DEFAULT_LIST_LIMIT = 100;
 const DEFAULT_HEALTH_TIMEOUT_MS = 2000;
 /** How often a transport with write-behind acks pending checks whether they are written. */
 const ACK_HOLD_CHECK_MS = 10;
+/** How much longer than one write's bound pending acks may go unwritten before the process is let go. */
+const ACK_HOLD_MARGIN_MS = 1000;
 
 /**
  * What every native transport does in JavaScript: encode and decode through the app's
@@ -177,13 +179,44 @@ class NativeTransport {
 
   /**
    * Keeps the event loop alive until every recorded ack is written, as a pending socket write
-   * would: an `ack()` that resolved is not dropped by a process that just runs out of work.
+   * would: an `ack()` that resolved is not dropped by a process that just runs out of work. Not
+   * for ever: once no ack has been written for longer than one write's bound (plus a margin),
+   * the server is taken for gone, the acks still pending are reported (logger, else
+   * `process.emitWarning`) and the loop is let go, so a process that ends without `close()`
+   * exits; those messages are delivered again after their lease.
    */
   #holdLoopForAcks() {
     if (this.#ackHold !== undefined) return;
+    const boundMs = this.#queue.writeBoundMs() + ACK_HOLD_MARGIN_MS;
+    let pending = this.#queue.pendingAcks();
+    let progressAt = Date.now();
     this.#ackHold = setInterval(() => {
-      if (this.#queue.pendingAcks() === 0) this.#releaseAckHold();
+      const now = this.#queue.pendingAcks();
+      if (now === 0) {
+        this.#releaseAckHold();
+        return;
+      }
+      if (now < pending) progressAt = Date.now();
+      pending = now;
+      if (Date.now() - progressAt > boundMs) {
+        this.#releaseAckHold();
+        this.#warn(
+          'NMN_ACKS_UNWRITTEN',
+          `${now} acknowledgement(s) could not be confirmed written within ${boundMs} ms; the process is no longer kept alive for them: if it ends now, the messages of those not written are delivered again after their lease.`,
+        );
+      }
     }, ACK_HOLD_CHECK_MS);
+  }
+
+  /**
+   * Reports a warning through the transport's logger, or as a process warning when it has none.
+   * @param {string} code
+   * @param {string} message
+   */
+  #warn(code, message) {
+    const text = `${this.#label} transport "${this.#name}": ${message}`;
+    if (this.#events) this.#events.report('warn', message);
+    else process.emitWarning(text, { code });
   }
 
   #releaseAckHold() {

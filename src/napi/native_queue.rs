@@ -269,6 +269,14 @@ impl NativeQueue {
         self.queue.stats_pending_acks() as f64
     }
 
+    /// The most one write (a send, a batch of acks) may take before it is given up, in
+    /// milliseconds: JavaScript holds its event loop for pending acks while they make progress
+    /// within it, and lets the process end once they have not for longer.
+    #[napi(catch_unwind)]
+    pub fn write_bound_ms(&self) -> f64 {
+        self.queue.send_bound().as_millis() as f64
+    }
+
     /// Stops renewing the claim of a delivered message that JavaScript settled without a
     /// write (its handler is done); acks and rejects do this themselves.
     #[napi(catch_unwind)]

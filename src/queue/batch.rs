@@ -156,7 +156,17 @@ impl<T, R> Pending<T, R> {
             .compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
         if withdrawn {
-            lock(&self.shared).forget(self.weight);
+            let mut s = lock(&self.shared);
+            s.forget(self.weight);
+            // Its message (a send's body) goes now, not with the next flush, which may be
+            // held up for as long as the writes that made this caller give up.
+            if let Some(at) = s
+                .queued
+                .iter()
+                .position(|r| Arc::ptr_eq(&r.state, &self.state))
+            {
+                s.queued.remove(at);
+            }
         }
         withdrawn
     }

@@ -129,6 +129,9 @@ impl Queue {
                         return Ok(true);
                     }
                     Ok(_) => {
+                        // Answered: the server was reached, so a failure from now on is an
+                        // outage to ride out, not a server that was never there.
+                        self.contacted.store(true, Ordering::Release);
                         self.counters.claimed_nothing();
                         Ok(())
                     }
@@ -151,9 +154,19 @@ impl Queue {
                 // Buffered like a claim's rows, even when `cancel` fired meanwhile (the loop
                 // then returns false): `release_prefetched` gives them back.
                 Ok(WaitOutcome::Claimed(rows)) if !rows.is_empty() => {
-                    let _claiming = self.claim_lock.lock().await;
-                    let limit = self.next_batch_size();
-                    self.hand_over(rows, limit, None);
+                    {
+                        let _claiming = self.claim_lock.lock().await;
+                        let limit = self.next_batch_size();
+                        self.hand_over(rows, limit, None);
+                    }
+                    // The wait was ended by an abort or close() whose release of the buffer
+                    // may have run already (nobody reads it any more): these rows are given
+                    // back now, not left in a buffer nobody reads.
+                    let unread = self.closed.load(Ordering::Acquire)
+                        || !self.reading.load(Ordering::Acquire);
+                    if cancel.is_cancelled() && unread {
+                        let _ = self.release_prefetched().await;
+                    }
                 }
                 Ok(_) => {}
                 Err(err) => {

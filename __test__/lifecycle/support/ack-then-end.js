@@ -23,6 +23,7 @@ async function main() {
     ...JSON.parse(process.env.TARGET),
     serializer: new JsonSerializer([Job]),
     ackMode: 'write-behind',
+    ...JSON.parse(process.env.OPTIONS ?? '{}'),
   });
   for (let n = 0; n < count; n += 1) await transport.send(new Envelope(new Job(n)));
   const taken = [];

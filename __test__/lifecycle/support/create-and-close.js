@@ -1,18 +1,24 @@
 'use strict';
 
-// Creates, uses and closes CYCLES transports one after the other (send one message, close, let
-// go), with a keeper transport open throughout so the shared connections stay warm, and reports
-// the growth of the process's RSS per cycle (the slope of samples taken after full GCs every
-// SAMPLE_EVERY cycles past WARM_UP: the allocators settle in the first thousands), how many
-// transports were finalized, and how many native queues are still alive once all are closed.
-// Run with --expose-gc and KIND, DSN, TARGET (JSON) and CYCLES; prints one JSON line.
+// Creates, uses and lets go of CYCLES transports one after the other, with a keeper transport
+// open throughout so the shared connections stay warm, and reports the growth of the process's
+// RSS per cycle (the slope of samples taken after full GCs every SAMPLE_EVERY cycles past
+// WARM_UP: the allocators settle in the first thousands), how many transports were finalized,
+// and how many native queues are still alive once all are let go. SHAPE says what a cycle is:
+// - `closed`: send one message, close();
+// - `dropped`: send one message and drop the transport without close();
+// - `woken`: a consumer goes idle beside IDLE_BESIDE others (so it waits in the process's
+//   shared read), is woken by the keeper's send, acks, and is closed.
+// Run with --expose-gc and KIND, DSN, TARGET (JSON), CYCLES, SHAPE and WARM_UP; prints one
+// JSON line.
 
 const { SqlTransport, RedisStreamsTransport } = require('../../..');
 const { liveNativeQueues } = require('../../../binding.js');
 const { Envelope, JsonSerializer } = require('@schally/nestjs-messenger');
 
-const WARM_UP = 7000;
+const WARM_UP = Number(process.env.WARM_UP ?? 7000);
 const SAMPLE_EVERY = 1000;
+const IDLE_BESIDE = 5;
 
 class Job {
   constructor(n) {
@@ -37,6 +43,41 @@ function slope(points) {
   return num / den;
 }
 
+/**
+ * IDLE_BESIDE consumers idle on streams of their own for the whole run, so that every cycle's
+ * consumer waits in the process's shared read rather than on a connection of its own.
+ */
+async function idleConsumers(Transport, options) {
+  const controller = new AbortController();
+  const consumers = Array.from({ length: IDLE_BESIDE }, (_, i) => new Transport({ ...options, stream: `${options.stream}:idle${i}` }));
+  const loops = consumers.map(async (consumer) => {
+    for await (const envelope of consumer.get(controller.signal)) await consumer.ack(envelope);
+  });
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  return {
+    async stop() {
+      controller.abort();
+      await Promise.all(loops);
+      await Promise.all(consumers.map((consumer) => consumer.close()));
+    },
+  };
+}
+
+/** `transport` goes idle, is woken by the keeper's send of job `n`, and acks it. */
+async function wokenOnce(transport, keeper, n) {
+  const controller = new AbortController();
+  const received = (async () => {
+    for await (const envelope of transport.get(controller.signal)) {
+      await transport.ack(envelope);
+      controller.abort();
+    }
+  })();
+  // Let the consumer find the stream empty and go idle before the send wakes it.
+  await new Promise((resolve) => setTimeout(resolve, 1));
+  await keeper.send(new Envelope(new Job(n)));
+  await received;
+}
+
 async function main() {
   const Transport = process.env.KIND === 'redis' ? RedisStreamsTransport : SqlTransport;
   const cycles = Number(process.env.CYCLES);
@@ -48,16 +89,24 @@ async function main() {
   let finalized = 0;
   const registry = new FinalizationRegistry(() => (finalized += 1));
   const samples = [];
+  const shape = process.env.SHAPE ?? 'closed';
+  let idle = shape === 'woken' ? await idleConsumers(Transport, options) : undefined;
   for (let n = 1; n <= cycles; n += 1) {
     const transport = new Transport(user);
     registry.register(transport, n);
-    await transport.send(new Envelope(new Job(n)));
-    await transport.close();
+    if (shape === 'woken') {
+      await wokenOnce(transport, keeper, n);
+    } else {
+      await transport.send(new Envelope(new Job(n)));
+    }
+    if (shape !== 'dropped') await transport.close();
     if (n >= WARM_UP && n % SAMPLE_EVERY === 0) {
       await fullGc();
       samples.push([n, process.memoryUsage().rss]);
     }
   }
+  await idle?.stop();
+  idle = undefined;
   await keeper.close();
   keeper = undefined;
   await fullGc();

@@ -89,8 +89,9 @@ impl Engine for RedisQueue {
 
     fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
         Box::pin(async move {
-            let claimed = self.claim_once(limit).await;
-            self.tolerate(claimed, Vec::new()).await
+            // A failure is the queue's to ride out (its outage policy: capped, jittered
+            // pauses that an abort ends).
+            self.claim_once(limit).await
         })
     }
 
@@ -119,7 +120,7 @@ impl Engine for RedisQueue {
                     }
                 }
             };
-            self.tolerate(waited, WaitOutcome::TimedOut).await
+            waited
         })
     }
 

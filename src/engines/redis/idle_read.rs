@@ -113,20 +113,21 @@ pub(super) struct IdleRead {
 pub(super) struct Registration {
     read: Arc<IdleRead>,
     key: u64,
+    /// Left as a consumer woken to claim (see `leave_to_claim`).
+    to_claim: bool,
 }
 
 impl Registration {
     /// Leaves as a consumer woken to claim: its stream stays in the read for `LINGER`, so
     /// that its return to the wait a few milliseconds later changes nothing.
-    pub(super) fn leave_to_claim(self) {
-        self.read.leave(self.key, true);
-        std::mem::forget(self);
+    pub(super) fn leave_to_claim(mut self) {
+        self.to_claim = true;
     }
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.read.leave(self.key, false);
+        self.read.leave(self.key, self.to_claim);
     }
 }
 
@@ -213,6 +214,7 @@ impl IdleRead {
         Registration {
             read: self.clone(),
             key,
+            to_claim: false,
         }
     }
 

@@ -24,9 +24,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-/// Pause after a connection failure of a live consumer before it tries again.
-const RETRY_PAUSE: Duration = Duration::from_millis(200);
-
 /// Options of one stream consumer. The keys are as stored: `key_prefix` already put before
 /// them.
 #[derive(Debug, Clone)]
@@ -124,8 +121,6 @@ pub struct RedisQueue {
     /// The queue's counters (`stats()`): the failures this engine rides out by itself are
     /// counted there, and its reconnects.
     pub(super) counters: std::sync::OnceLock<Arc<crate::queue::stats::Counters>>,
-    /// A failure was ridden out: the next success is a reconnect.
-    pub(super) riding: AtomicBool,
     /// Markers of this stream's batches that no send will read again, waiting to be deleted
     /// a full set at a time (`forget_marker`).
     pub(super) spent_markers: super::spent_markers::SpentMarkers,
@@ -204,7 +199,6 @@ impl RedisQueue {
             contacted: AtomicBool::new(false),
             delayed_added,
             counters: std::sync::OnceLock::new(),
-            riding: AtomicBool::new(false),
             spent_markers: Default::default(),
             marker_names: super::send_batch::MarkerNames::for_stream(&config),
             config,
@@ -246,40 +240,6 @@ impl RedisShared {
 impl RedisQueue {
     pub(super) fn err(&self, op: &str, e: &redis::RedisError) -> Error {
         self.shared.error(op, e)
-    }
-
-    /// A consumer that reached the server once rides out connection failures: it pauses
-    /// and tries again (the command connection reconnects by itself) instead of ending get().
-    pub(super) async fn tolerate<T>(&self, result: Result<T>, otherwise: T) -> Result<T> {
-        match result {
-            Err(err) if err.is_transient_connection() && self.contacted.load(Ordering::Acquire) => {
-                let first = !self.riding.swap(true, Ordering::AcqRel);
-                if let Some(counters) = self.counters.get() {
-                    counters.failed(&err);
-                    if first {
-                        counters.report(
-                            crate::queue::stats::Level::Warn,
-                            format!("Connection lost: {err}. get() keeps trying."),
-                        );
-                    }
-                }
-                tokio::time::sleep(RETRY_PAUSE).await;
-                Ok(otherwise)
-            }
-            Ok(value) => {
-                if self.riding.swap(false, Ordering::AcqRel) {
-                    if let Some(counters) = self.counters.get() {
-                        counters.reconnected();
-                        counters.report(
-                            crate::queue::stats::Level::Log,
-                            "Connection back: consuming again.",
-                        );
-                    }
-                }
-                Ok(value)
-            }
-            other => other,
-        }
     }
 
     /// Runs a write once more when the first attempt met a connection the server had

@@ -160,6 +160,41 @@ impl InDoubt {
     }
 }
 
+/// A claim attempt on its way: recorded in doubt should it be dropped unanswered (the caller's
+/// bound ran out mid-statement, and the statement may still commit), so that the next claim
+/// releases what it may have taken instead of leaving it hidden until the lease.
+pub struct InFlight<'a> {
+    in_doubt: &'a InDoubt,
+    attempt: Option<ClaimAttempt>,
+}
+
+impl<'a> InFlight<'a> {
+    pub fn new(in_doubt: &'a InDoubt, attempt: ClaimAttempt) -> Self {
+        Self {
+            in_doubt,
+            attempt: Some(attempt),
+        }
+    }
+
+    /// The attempt, for the statement to note its rows in.
+    pub fn attempt(&mut self) -> &mut ClaimAttempt {
+        self.attempt.get_or_insert_with(|| ClaimAttempt::new(0))
+    }
+
+    /// The attempt was answered (or failed with an answer): the caller decides its fate.
+    pub fn answered(mut self) -> ClaimAttempt {
+        self.attempt.take().unwrap_or_else(|| ClaimAttempt::new(0))
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(attempt) = self.attempt.take() {
+            self.in_doubt.record(attempt);
+        }
+    }
+}
+
 /// The tokens of the claims this process made lately (on one target, for every queue), so
 /// that releasing a lost claim's residue spares the live claims of its neighbours.
 #[derive(Debug, Default)]
@@ -291,5 +326,17 @@ mod tests {
             recent.sharing_residue(&attempt),
             vec![(base + attempt.nonce) * 1000]
         );
+    }
+
+    #[test]
+    fn an_attempt_dropped_on_its_way_is_kept_in_doubt_and_an_answered_one_is_not() {
+        let doubt = InDoubt::default();
+        let answered = InFlight::new(&doubt, ClaimAttempt::new(100));
+        let _ = answered.answered();
+        assert!(!doubt.owes_release());
+        let mut dropped = InFlight::new(&doubt, ClaimAttempt::new(100));
+        dropped.attempt().stamp();
+        drop(dropped);
+        assert!(doubt.owes_release());
     }
 }

@@ -13,7 +13,7 @@ mod idle_wait;
 
 use hand_off::Handed;
 
-use super::claim_doubt::{stamp_span_ms, ClaimAttempt, InDoubt};
+use super::claim_doubt::{stamp_span_ms, ClaimAttempt, InDoubt, InFlight};
 use super::connector::TableStatements;
 use super::dialect::SqlDialect;
 use super::driver::{Driver, Param, SqlResult};
@@ -112,8 +112,12 @@ impl<D: SqlDialect> TableQueue<D> {
     /// attempt that failed without an answer is kept in doubt.
     async fn claim_once(&self, limit: u32) -> SqlResult<Vec<StoredMessage>> {
         self.release_in_doubt().await;
-        let mut attempt = ClaimAttempt::new(stamp_span_ms(self.claim_lease()));
-        let result = D::claim(&self.cx, limit, &mut attempt).await;
+        let mut in_flight = InFlight::new(
+            &self.in_doubt,
+            ClaimAttempt::new(stamp_span_ms(self.claim_lease())),
+        );
+        let result = D::claim(&self.cx, limit, in_flight.attempt()).await;
+        let attempt = in_flight.answered();
         match &result {
             Ok(rows) => {
                 if let Some(token) = rows.first().and_then(|r| r.token) {

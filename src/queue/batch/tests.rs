@@ -329,3 +329,26 @@ async fn the_backlog_counts_bytes_but_never_refuses_a_lone_request() {
     gate.notify_one();
     assert_eq!(small.answer().await.unwrap(), 6);
 }
+
+#[tokio::test]
+async fn a_withdrawn_request_lets_go_of_its_item_at_once() {
+    let item = Arc::new(7u32);
+    let weak = Arc::downgrade(&item);
+    // Shared items, so that the test sees when one is dropped; a flush that never gets past
+    // its preparation, so the request stays queued until withdrawn.
+    let shared: Coalescer<Arc<u32>, u32> = Coalescer::new(
+        BatchBound::items(10),
+        Backlog::UNBOUNDED,
+        |items: Vec<Arc<u32>>| {
+            Box::pin(async move { items.into_iter().map(|i| Ok(*i)).collect() })
+                as BoxFuture<'static, Vec<Result<u32>>>
+        },
+    )
+    .prepared_by(|| Box::pin(std::future::pending()));
+    let pending = shared.enqueue(item).unwrap();
+    assert!(matches!(
+        pending.within(Duration::from_millis(10)).await,
+        Waited::NotSent
+    ));
+    assert!(weak.upgrade().is_none(), "the withdrawn item is still held");
+}

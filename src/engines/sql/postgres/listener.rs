@@ -82,6 +82,12 @@ impl PgNotifyListener {
         lock(&self.live).contains(channel)
     }
 
+    /// Ends the listening task without waiting (its connection goes with the task).
+    pub fn cancel(&self) {
+        self.stop.cancel();
+        lock(&self.live).clear();
+    }
+
     pub async fn stop(&self) {
         self.stop.cancel();
         lock(&self.live).clear();

@@ -49,6 +49,16 @@ pub struct PgExtra {
     polling: pooler::PollingNotice,
 }
 
+impl Drop for PgExtra {
+    // The DSN's queues are gone, closed or not: the LISTEN task (which holds the listener
+    // itself) ends with them, and its connection is let go.
+    fn drop(&mut self) {
+        if let Some(listener) = &self.listener {
+            listener.cancel();
+        }
+    }
+}
+
 static TARGETS: LazyLock<Targets<SqlTarget<Postgres>>> = LazyLock::new(Targets::default);
 
 impl Connector for Postgres {

@@ -4,7 +4,7 @@
 //! costs no claim of its own. What is stored but cannot be given goes back to the queue.
 
 use super::TableQueue;
-use crate::engines::sql::claim_doubt::{stamp_span_ms, ClaimAttempt};
+use crate::engines::sql::claim_doubt::{stamp_span_ms, ClaimAttempt, InFlight};
 use crate::engines::sql::dialect::{ClaimedInsert, SqlDialect};
 use crate::engines::sql::ids::claimed_rows;
 use crate::queue::engine::{Engine, NewMessage};
@@ -29,8 +29,15 @@ impl<D: SqlDialect> TableQueue<D> {
         let Some(taker) = self.hand_off.take() else {
             return Ok(None);
         };
-        let mut attempt = ClaimAttempt::new(stamp_span_ms(self.claim_lease()));
-        match D::insert_claimed(&self.cx, message, &mut attempt).await {
+        // Dropped mid-insert (the send's bound ran out), the rows it may have stored claimed
+        // are owed a release like a claim's whose reply was lost.
+        let mut in_flight = InFlight::new(
+            &self.in_doubt,
+            ClaimAttempt::new(stamp_span_ms(self.claim_lease())),
+        );
+        let inserted = D::insert_claimed(&self.cx, message, in_flight.attempt()).await;
+        let mut attempt = in_flight.answered();
+        match inserted {
             ClaimedInsert::Stored(rows) => {
                 let ids = rows.iter().map(|r| r.id.clone()).collect();
                 let token = rows.first().and_then(|r| r.token);
