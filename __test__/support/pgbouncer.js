@@ -13,7 +13,7 @@ const { freePort } = require('./ports');
 const { killedAtExit } = require('./killed-at-exit');
 const { waitForPort } = require('./redis-server');
 
-const INSTALL = 'PgBouncer is not installed: apt-get install -y pgbouncer (.ci/run installs it).';
+const INSTALL = 'PgBouncer is not installed: apt-get install -y pgbouncer (npm test installs it when run as root).';
 
 /** The pgbouncer executable (Debian puts it in /usr/sbin, often not on a user's PATH). */
 function pgbouncerBinary() {
