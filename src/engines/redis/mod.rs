@@ -25,6 +25,8 @@ mod engine;
 pub(crate) mod errors;
 mod idle_read;
 mod idle_waits;
+#[cfg(test)]
+mod io_tests;
 mod read_budget;
 mod reads;
 mod replies;

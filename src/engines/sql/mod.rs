@@ -24,6 +24,8 @@ mod dialect;
 mod driver;
 mod errors;
 mod ids;
+#[cfg(test)]
+mod io_tests;
 mod kept_connection;
 mod queue_context;
 mod retry;
