@@ -34,12 +34,11 @@ const HELD = 1500;
 /** The client→server chunk that carries the cut send: the one holding its message's key. */
 const SEND_WRITE = (chunk) => chunk.includes('"s:1"');
 /**
- * The chunk that makes a claim take effect: PostgreSQL's one-statement claim (Bind, the
- * consumer being idle on LISTEN when armed, so its next statement is the claim), MySQL's
- * COMMIT of the claim transaction, Redis's XREADGROUP.
+ * The chunk that makes a claim take effect: the COMMIT of the claim's transaction (PostgreSQL,
+ * MySQL: its rows are known before it, so exactly they are released), Redis's XREADGROUP.
  */
 const CLAIM_WRITE = {
-  postgres: (chunk) => chunk[0] === 0x42,
+  postgres: 'COMMIT',
   mariadb: 'COMMIT',
   redis: 'XREADGROUP',
 };

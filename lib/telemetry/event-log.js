@@ -30,8 +30,22 @@ class EventLog {
     this.#logger = logger;
     this.#context = context;
     queue.watchEvents();
-    this.#timer = setInterval(() => this.drain(), DRAIN_EVERY_MS);
-    this.#timer.unref();
+    this.#timer = EventLog.#drainTimer(new WeakRef(this));
+  }
+
+  /**
+   * An unref'd timer that pulls events for `log` while it lives. It holds the log weakly: a
+   * transport dropped without close() is collected all the same, and its timer ends then.
+   * @param {WeakRef<EventLog>} log
+   */
+  static #drainTimer(log) {
+    const timer = setInterval(() => {
+      const live = log.deref();
+      if (live === undefined) clearInterval(timer);
+      else live.drain();
+    }, DRAIN_EVERY_MS);
+    timer.unref();
+    return timer;
   }
 
   /** Hands what the native side reported since the last pull to the logger. */

@@ -12,6 +12,15 @@ const DIRECT_SENDS = isNodeHost();
  * one callback (see src/queue/completions.rs). While a send is waited on, the native callback keeps
  * the event loop alive, as a pending native promise would (src/napi/loop_hold.rs).
  */
+/**
+ * Pipes with sends in flight, held here so that a sender hears back even when its transport is
+ * dropped meanwhile. Otherwise a pipe is reachable only from its transport: the callback the
+ * native side keeps holds it weakly, so a transport dropped without close() can be collected
+ * (and its native queue with it).
+ * @type {Set<SendPipe>}
+ */
+const IN_FLIGHT = new Set();
+
 class SendPipe {
   #queue;
   #next = 0;
@@ -40,7 +49,8 @@ class SendPipe {
    */
   send(body, headers, delayMs) {
     if (!this.#started) {
-      nativeSync(() => this.#queue.onSendsSettled((seqs, ids, errors) => this.#settle(seqs, ids, errors), DIRECT_SENDS));
+      const settle = SendPipe.#settleThrough(new WeakRef(this));
+      nativeSync(() => this.#queue.onSendsSettled(settle, DIRECT_SENDS));
       this.#started = true;
     }
     const seq = this.#next;
@@ -50,7 +60,17 @@ class SendPipe {
     } catch (error) {
       throw fromNative(error);
     }
+    IN_FLIGHT.add(this);
     return new Promise((resolve, reject) => this.#waiting.set(seq, { resolve, reject }));
+  }
+
+  /**
+   * The settle callback the native side keeps: it reaches the pipe through `pipe` (a weak
+   * reference) and holds nothing else.
+   * @param {WeakRef<SendPipe>} pipe
+   */
+  static #settleThrough(pipe) {
+    return (seqs, ids, errors) => pipe.deref()?.#settle(seqs, ids, errors);
   }
 
   /**
@@ -70,6 +90,7 @@ class SendPipe {
       if (error === null || error === undefined) waiter.resolve(idList[i]);
       else waiter.reject(fromNative(new Error(error)));
     }
+    if (this.#waiting.size === 0) IN_FLIGHT.delete(this);
     if (settled > 0) this.#onSettled(settled);
   }
 }

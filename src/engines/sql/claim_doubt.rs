@@ -3,24 +3,30 @@
 //! nobody, hidden until the lease (an hour by default). The shared schema records no claimer,
 //! so each attempt carries what identifies its rows should the reply be lost, and the next
 //! claim on the queue releases them first:
-//! - MySQL knows its rows and token before it commits ([`ClaimAttempt::hold`]): exact;
-//! - PostgreSQL claims in one statement whose reply is all there is, so its claim stamps
-//!   `delivered_at` with a client-chosen millisecond: the stamp's residue modulo a span
-//!   ([`stamp_span_ms`], a tenth of the lease in whole 10 ms, 10 to 100 ms) is the attempt's
-//!   nonce, and the stamp is at most a span after `now()`. Later, never earlier: a consumer
-//!   with a shorter lease (an upstream worker, a reaper) must not take a live claim over early;
-//!   at most a span late is harmless. The release takes the queue's rows with that residue
-//!   stamped in the time the attempt can have run in, except the claims this process made
-//!   meanwhile ([`RecentClaims`]). Another process's claim committed in that window with the
-//!   same residue is released too: its messages are delivered twice, never lost, and its
-//!   consumer's settles are fenced. Renewals stamp `delivered_at` as well, and a renewal's
-//!   message is in a handler right now: a renewal stamps a whole multiple of
+//! - a claim (PostgreSQL and MySQL alike) runs in a transaction that knows its rows and their
+//!   token before it commits ([`ClaimAttempt::hold`]): should the commit's reply be lost, the
+//!   release takes exactly those rows, fenced by the token, however long ago it ran, and never
+//!   another consumer's claim. A reply lost before the commit went out leaves nothing to
+//!   release: the server rolls the transaction back.
+//! - a send stored claimed for an idle consumer (`hand_off`) is one statement whose reply is
+//!   all there is, so it stamps `delivered_at` with a client-chosen millisecond: the stamp's
+//!   residue modulo a span ([`stamp_span_ms`], a tenth of the lease in whole 10 ms, 10 to
+//!   100 ms) is the attempt's nonce, and the stamp is at most a span after `now()`. Later,
+//!   never earlier: a consumer with a shorter lease (an upstream worker, a reaper) must not take
+//!   a live claim over early; at most a span late is harmless. The release takes the queue's
+//!   rows with that residue stamped in the time the attempt can have run in, except the claims
+//!   this process made meanwhile ([`RecentClaims`]). Another process's claim committed in that
+//!   window with the same residue is released too: its messages are delivered twice, never
+//!   lost, and its consumer's settles are fenced. Claims stamp a residue as well (the
+//!   statement is shared), so that such a release can tell them from renewals: a renewal's
+//!   message is in a handler right now, and a renewal stamps a whole multiple of
 //!   [`RENEWAL_GRAIN_MS`], every span is one too, and no nonce is, so no release takes a
-//!   renewal, whatever the leases of the consumer that renewed and of the one that releases,
-//!   and whether the renewal's reply came back, is on its way or was lost.
+//!   renewal, whatever the leases of the consumer that renewed and of the one that releases.
 //!
-//! A claim that got no answer at all within its bound (a silent network) can have run at any
-//! time since; it is not guessed at, and its rows come back at their lease.
+//! An in-flight attempt that its caller stops waiting for ([`InFlight`], dropped when a bound
+//! runs out mid-statement) is kept in doubt like one whose reply was lost. A stamped insert
+//! that got no answer within the window can have run at any time since; it is not guessed at,
+//! and its row comes back at its lease.
 
 use super::ids::HeldRow;
 use std::collections::VecDeque;

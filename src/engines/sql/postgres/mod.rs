@@ -1,5 +1,5 @@
 //! PostgreSQL: the upstream table, batch claims with `FOR UPDATE SKIP LOCKED` in one
-//! statement, sends as one `unnest` INSERT with NOTIFY (channel = table, payload = queue) in
+//! statement (in a transaction that knows its rows before it commits), sends as one `unnest` INSERT with NOTIFY (channel = table, payload = queue) in
 //! the same statement, and one LISTEN connection per process and DSN for push wake-ups (to
 //! `listenDsn` when one is given). A DSN through PgBouncer in transaction mode says so
 //! (`pgbouncer=true`): see `pooler`.
@@ -17,7 +17,7 @@ use crate::engines::sql::connector::{Connector, DialectFacts, OpenedTarget, Tabl
 use crate::engines::sql::dialect::{renew_returning, ClaimedInsert, SqlDialect};
 use crate::engines::sql::driver::{rows_on, Driver, SqlResult};
 use crate::engines::sql::errors::Failure;
-use crate::engines::sql::ids::HeldRow;
+use crate::engines::sql::ids::{claimed_rows, HeldRow};
 use crate::engines::sql::queue_context::QueueContext;
 use crate::engines::sql::retry::with_rollback_retry;
 use crate::engines::sql::target::{
@@ -263,18 +263,29 @@ impl SqlDialect for Postgres {
         Box::pin(async move {
             let kept = &queue.target.claim_connection;
             let mut conn = kept.take(&queue.target.pool).await?;
+            // In a transaction of its own, so that the rows and their tokens are known before
+            // the commit: should the commit's reply be lost, exactly those rows are released
+            // (fenced by their tokens), whenever that is, and no other consumer's. A claim
+            // whose reply is lost before the commit was sent is rolled back by the server.
+            let mut claiming = sqlx::Connection::begin(&mut *conn).await?;
             let claim = sqlx::query::<sqlx::Postgres>(&queue.sql.claim)
                 .bind(&queue.config.queue)
                 .bind(queue.config.redeliver_timeout_seconds)
                 .bind(i64::from(limit))
                 .bind(attempt.nonce)
                 .bind(attempt.span_ms);
-            let rows = rows_on(&mut *conn, pooled(queue), claim).await?;
+            let rows = rows_on(&mut *claiming, pooled(queue), claim).await?;
+            let claimed = rows
+                .iter()
+                .map(sqlx::Postgres::claimed_of)
+                .collect::<SqlResult<Vec<StoredMessage>>>()?;
+            attempt.hold(claimed_rows(&claimed));
+            claiming.commit().await?;
             // A full claim is followed by another soon (the read-ahead).
-            if rows.len() >= limit as usize {
+            if claimed.len() >= limit as usize {
                 kept.keep(conn);
             }
-            rows.iter().map(sqlx::Postgres::claimed_of).collect()
+            Ok(claimed)
         })
     }
 
@@ -286,6 +297,11 @@ impl SqlDialect for Postgres {
         attempt: &'a ClaimAttempt,
     ) -> BoxFuture<'a, SqlResult<()>> {
         Box::pin(async move {
+            // A claim knows its rows before it commits: only a send stored claimed is
+            // looked for by its stamp.
+            if !attempt.stamped() {
+                return Ok(());
+            }
             let release = sqlx::query::<sqlx::Postgres>(&queue.sql.release_stamped)
                 .bind(&queue.config.table)
                 .bind(&queue.config.queue)
