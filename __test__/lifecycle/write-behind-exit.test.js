@@ -46,23 +46,45 @@ function forkConsumer(engine, setup, options = {}) {
   return run;
 }
 
+/**
+ * Forks the consumer (with more transport `options`), lets it take its messages, stalls the
+ * engine's writes and tells it to ack; then runs `afterAck` with the run, the setup and
+ * `endStall()`. Cleans up whatever happens, and adds the consumer's output to a failure.
+ */
+async function ackWhileStalled(engine, options, afterAck) {
+  const setup = await engine.prepare();
+  const run = forkConsumer(engine, setup, options);
+  let stalled;
+  const endStall = async () => {
+    const end = stalled;
+    stalled = undefined;
+    await end?.();
+  };
+  try {
+    const consumed = await run.consumed();
+    if (consumed.timeout) throw new Error('the consumer did not take its messages');
+    expect(consumed.value).toEqual({ consumed: COUNT });
+    stalled = await setup.stallWrites();
+    run.child.send('ack');
+    await afterAck({ run, setup, endStall });
+  } catch (error) {
+    error.message += `\nconsumer output:\n${run.output}`;
+    throw error;
+  } finally {
+    await endStall().catch(() => {});
+    run.child.kill('SIGKILL');
+    await setup.cleanup();
+  }
+}
+
 describe.each(WRITE_STALLS)('$name: write-behind acks of a process that ends without close()', (engine) => {
   it(`exits by itself within one write's bound plus a second when the acks cannot be written, saying how many`, async () => {
-    const setup = await engine.prepare();
-    const run = forkConsumer(engine, setup, { connectTimeoutMs: CONNECT_TIMEOUT_MS });
-    let unblock;
-    try {
-      const consumed = await run.consumed();
-      if (consumed.timeout) throw new Error('the consumer did not take its messages');
-      expect(consumed.value).toEqual({ consumed: COUNT });
-      unblock = await setup.stallWrites();
+    await ackWhileStalled(engine, { connectTimeoutMs: CONNECT_TIMEOUT_MS }, async ({ run, setup, endStall }) => {
       const started = Date.now();
-      run.child.send('ack');
       const exit = await settleWithin(run.exited, WRITE_BOUND_MS[engine.name] + 6000);
       const exitedAfterMs = Date.now() - started;
       if (exit.timeout) run.child.kill('SIGKILL');
-      await unblock();
-      unblock = undefined;
+      await endStall();
       expect({
         exit: exit.timeout ? 'still running' : exit.value,
         withinBound: exitedAfterMs <= WRITE_BOUND_MS[engine.name] + 1000 + 3000,
@@ -71,45 +93,20 @@ describe.each(WRITE_STALLS)('$name: write-behind acks of a process that ends wit
         // the client left while it waits on a lock): all or none, never some.
         remaining: [0, COUNT].includes(await setup.remaining()),
       }).toEqual({ exit: 0, withinBound: true, reported: true, remaining: true });
-    } catch (error) {
-      error.message += `\nconsumer output:\n${run.output}`;
-      throw error;
-    } finally {
-      if (unblock) await unblock().catch(() => {});
-      run.child.kill('SIGKILL');
-      await setup.cleanup();
-    }
+    });
   }, 60_000);
 
   it('keeps the process alive until the acks are written, then it exits by itself', async () => {
-    const setup = await engine.prepare();
-    const run = forkConsumer(engine, setup);
-    let unblock;
-    try {
-      const consumed = await run.consumed();
-      if (consumed.timeout) throw new Error('the consumer did not take its messages');
-      expect(consumed.value).toEqual({ consumed: COUNT });
-
-      unblock = await setup.stallWrites();
-      run.child.send('ack');
+    await ackWhileStalled(engine, {}, async ({ run, setup, endStall }) => {
       const early = await settleWithin(run.exited, HELD_MS);
-      await unblock();
-      unblock = undefined;
+      await endStall();
       const exit = await settleWithin(run.exited, 15_000);
       if (exit.timeout) run.child.kill('SIGKILL');
-
       expect({
         exitedWhileAcksPending: !early.timeout,
         exit: exit.timeout ? 'still running' : exit.value,
         remaining: await setup.remaining(),
       }).toEqual({ exitedWhileAcksPending: false, exit: 0, remaining: 0 });
-    } catch (error) {
-      error.message += `\nconsumer output:\n${run.output}`;
-      throw error;
-    } finally {
-      if (unblock) await unblock().catch(() => {});
-      run.child.kill('SIGKILL');
-      await setup.cleanup();
-    }
+    });
   }, 60_000);
 });

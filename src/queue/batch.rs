@@ -112,6 +112,24 @@ impl<T, R> Shared<T, R> {
         self.waiting_items = self.waiting_items.saturating_sub(1);
         self.waiting_bytes = self.waiting_bytes.saturating_sub(weight);
     }
+
+    /// Takes the first `count` queued requests off the queue as sent, leaving out those
+    /// withdrawn meanwhile: a caller may withdraw until this exchange, from here on it was sent.
+    fn take_sent(&mut self, count: usize) -> Vec<Request<T, R>> {
+        let taken: Vec<Request<T, R>> = self.queued.drain(..count).collect();
+        let mut sent = Vec::with_capacity(taken.len());
+        for request in taken {
+            if request
+                .state
+                .compare_exchange(QUEUED, SENT, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                self.forget(request.weight);
+                sent.push(request);
+            }
+        }
+        sent
+    }
 }
 
 /// Coalesces requests of type `T` answered by `R`, at most `bound` per flush.
@@ -324,20 +342,10 @@ impl<T, R> Flusher<T, R> {
             return true;
         };
         let err = err.with_outcome(Outcome::NotApplied);
-        let refused: Vec<Request<T, R>> = {
+        let refused = {
             let mut s = lock(&self.shared);
-            let mut refused = Vec::new();
-            for request in s.queued.drain(..).collect::<Vec<_>>() {
-                if request
-                    .state
-                    .compare_exchange(QUEUED, SENT, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    s.forget(request.weight);
-                    refused.push(request);
-                }
-            }
-            refused
+            let all = s.queued.len();
+            s.take_sent(all)
         };
         for request in refused {
             let _ = request.reply.send(Err(err.clone()));
@@ -376,20 +384,7 @@ impl<T, R> Flusher<T, R> {
                     continue;
                 }
                 let take = self.bound.take_of(s.queued.iter().map(|r| &r.item));
-                let taken: Vec<Request<T, R>> = s.queued.drain(..take).collect();
-                let mut batch = Vec::with_capacity(taken.len());
-                for request in taken {
-                    // A caller may withdraw until this exchange: from here on it was sent.
-                    if request
-                        .state
-                        .compare_exchange(QUEUED, SENT, Ordering::AcqRel, Ordering::Acquire)
-                        .is_ok()
-                    {
-                        s.forget(request.weight);
-                        batch.push(request);
-                    }
-                }
-                batch
+                s.take_sent(take)
             };
             if batch.is_empty() {
                 continue;

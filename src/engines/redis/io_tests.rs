@@ -47,6 +47,16 @@ async fn queue_and_client(name: &str) -> (RedisQueue, redis::aio::MultiplexedCon
     (queue, conn)
 }
 
+/// Removes a test's stream and delayed set.
+async fn remove(queue: &RedisQueue, conn: &mut redis::aio::MultiplexedConnection) {
+    let _: () = redis::cmd("DEL")
+        .arg(&queue.config.stream)
+        .arg(&queue.config.delay_key)
+        .query_async(conn)
+        .await
+        .expect("DEL");
+}
+
 fn messages(due: usize, delayed: usize) -> Vec<NewMessage> {
     let message = |n: usize, delay_ms: f64| {
         NewMessage::new(format!("{{\"n\":{n}}}"), "{}".to_owned(), delay_ms)
@@ -99,12 +109,7 @@ async fn a_batch_whose_delayed_part_fails_answers_each_message_for_itself() {
         .query_async(&mut conn)
         .await
         .expect("XLEN");
-    let _: () = redis::cmd("DEL")
-        .arg(&stream)
-        .arg(&delay_key)
-        .query_async(&mut conn)
-        .await
-        .expect("DEL");
+    remove(&queue, &mut conn).await;
     assert_eq!(stored, 20, "every due message is answered as stored");
     assert_eq!(
         refused,
@@ -117,7 +122,7 @@ async fn a_batch_whose_delayed_part_fails_answers_each_message_for_itself() {
 #[tokio::test]
 async fn a_batch_of_delayed_messages_is_one_script_call() {
     let (queue, mut conn) = queue_and_client("delayed").await;
-    let (stream, delay_key) = (queue.config.stream.clone(), queue.config.delay_key.clone());
+    let delay_key = queue.config.delay_key.clone();
     // A first one loads the script (its first call may be a plain EVAL).
     let first = messages(0, 1);
     let _ = queue
@@ -134,12 +139,7 @@ async fn a_batch_of_delayed_messages_is_one_script_call() {
         .query_async(&mut conn)
         .await
         .expect("ZCARD");
-    let _: () = redis::cmd("DEL")
-        .arg(&stream)
-        .arg(&delay_key)
-        .query_async(&mut conn)
-        .await
-        .expect("DEL");
+    remove(&queue, &mut conn).await;
     assert!(answers.iter().all(Result::is_ok));
     assert_eq!(members, 51);
     // Other tests may run scripts meanwhile; this batch's own is one call, not fifty.
