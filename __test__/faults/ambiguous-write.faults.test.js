@@ -145,6 +145,46 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
     expect(await residue(engine, { dsn: f.server.dsn, queue })).toEqual([]);
   }, 60_000);
 
+  if (engine === 'postgres') {
+    it("a lost claim's release takes no other consumer's live claim, whatever its stamp", async () => {
+      const { Client } = require('pg');
+      const { queue, producer, consumer } = await openClaimTest();
+      const admin = new Client({ connectionString: f.server.dsn });
+      await admin.connect();
+      try {
+        const { delivered, errors, controller, loop } = consumeAndAck(consumer);
+        await sleep(1000);
+        // Live claims of other consumers, stamped at each of the next 100 milliseconds: every
+        // residue a lost claim's stamp can carry, all within the window it can have run in.
+        await admin.query(
+          `INSERT INTO messenger_messages (body, headers, queue_name, created_at, available_at, delivered_at)
+           SELECT '{}', '{}', $1, now(), now(), now() + make_interval(secs => k / 1000.0) FROM generate_series(0, 99) AS k`,
+          [queue],
+        );
+        const cut = f.proxy.cutAfter(CLAIM_WRITE[engine]);
+        const sentAt = Date.now();
+        const keys = [];
+        for (let n = 0; n < 5; n += 1) {
+          keys.push(`o:${n}`);
+          await producer.send(faultEnvelope(`o:${n}`, n));
+        }
+        const { replied } = await settleWithin(cut, 5000).then((r) => r.value ?? {});
+        const slowest = (await lastDelivery(keys, delivered, sentAt + CLAIM_BACK_MS[engine] + 5000)) - sentAt;
+        controller.abort();
+        await settleWithin(loop, 10_000);
+        expectClaimedAgain(engine, { replied, errors, slowest, delivered });
+        const { rows } = await admin.query(
+          `SELECT count(*)::int AS held FROM messenger_messages WHERE queue_name = $1 AND body = '{}' AND delivered_at IS NOT NULL`,
+          [queue],
+        );
+        expect(rows[0].held).toBe(100);
+      } finally {
+        await admin.end();
+        await consumer.close();
+      }
+    }, 60_000);
+  }
+
   // A SQL send that finds a consumer of its queue idle in its process (same DSN) stores its
   // message claimed for it, in one INSERT stamped with a residue of its choosing
   // (docs/semantics.md, "Hand-off"). Its reply lost: the send says it may have been stored,
