@@ -194,7 +194,13 @@ impl Queue {
     ) -> Result<()> {
         self.counters.failed(&err);
         let contacted = self.contacted.load(Ordering::Acquire);
-        if err.persistent {
+        let recreates = self.setup.auto;
+        if err.kind == ErrorKind::NotFound && recreates && contacted {
+            self.counters.report(
+                Level::Warn,
+                format!("{err}: gone under a live consumer (a server restarted empty, a table, stream or group removed); autoSetup re-creates it and get() goes on."),
+            );
+        } else if err.persistent {
             self.counters.report(
                 Level::Error,
                 format!("The server refused the consumer: {err}"),
@@ -205,7 +211,7 @@ impl Queue {
                 format!("Connection lost: {err}. get() keeps trying."),
             );
         }
-        outage.ride_out(err, contacted, cancel).await?;
+        outage.ride_out(err, contacted, recreates, cancel).await?;
         *riding = true;
         Ok(())
     }
