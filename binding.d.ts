@@ -218,6 +218,8 @@ export interface RedisOverrides {
   password?: string
   /** No `CLIENT SETINFO` on connecting. */
   disableClientInfo: boolean
+  /** The server's Unix socket, instead of the DSN's host and port (ioredis's `path`). */
+  path?: string
 }
 
 /** Options of a native Redis Streams queue, already defaulted by the JavaScript wrapper. */

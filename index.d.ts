@@ -351,6 +351,11 @@ export interface RedisConnectionOptions {
   readonly connectTimeout?: number | undefined;
   /** `true`: no `CLIENT SETINFO` when connecting. */
   readonly disableClientInfo?: boolean | undefined;
+  /**
+   * The server's Unix socket, used instead of the DSN's host and port (the DSN still gives the
+   * credentials and database). Not with `tls`, nor with `cluster: true`.
+   */
+  readonly path?: string | undefined;
   /** Any object turns TLS on, for `redis://` too, as in ioredis. */
   readonly tls?: RedisTlsOptions | undefined;
   /** Accepted, no effect: connections are made on first use anyway. */

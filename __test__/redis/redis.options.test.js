@@ -7,6 +7,9 @@
 // against upstream in a mixed fleet, and by an ACL user that may touch prefixed keys only.
 
 const crypto = require('node:crypto');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
 const net = require('node:net');
 const { DelayStamp, InvalidArgumentError, RedeliveryStamp, TransportConnectionError } = require('@schally/nestjs-messenger');
 const { RedisStreamsTransport: UpstreamRedisStreamsTransport } = require('@schally/nestjs-messenger-transport-redis');
@@ -71,7 +74,7 @@ describe('keys refused by name', () => {
     ['maxRetriesPerRequest', { maxRetriesPerRequest: null }, /connectTimeoutMs/],
     ['enableOfflineQueue', { enableOfflineQueue: false }, /maxQueuedSends/],
     ['connectionName', { connectionName: 'app' }, /named/],
-    ['path', { path: '/tmp/redis.sock' }, /Unix sockets/],
+    ['path', { path: '/tmp/redis.sock' }, /over TCP/, { cluster: true }],
     ['commandTimeout', { commandTimeout: 1000 }, /connectTimeoutMs/],
     ['notAnOption', { notAnOption: 1 }, /not an ioredis option/],
     ['tls.checkServerIdentity', { tls: { checkServerIdentity: () => undefined } }, /tls\.ca, tls\.cert/],
@@ -103,6 +106,36 @@ describe('keys refused by name', () => {
     });
     await t.send(envelopeOf('accepted'));
     await t.ack(await receiveOne(t));
+  });
+});
+
+describe('redisOptions.path: a Unix socket, as ioredis reads it', () => {
+  it('sends, delays, receives and acks over the socket, the DSN giving only credentials and database', async () => {
+    const directory = fs.mkdtempSync(path.join(os.tmpdir(), 'nmn-sock-'));
+    const socket = path.join(directory, 'redis.sock');
+    const local = await startRedisServer({ args: ['--unixsocket', socket, '--unixsocketperm', '700'] });
+    try {
+      // The DSN's host and port are not where the server listens: only the socket is.
+      const t = transport({ dsn: 'redis://127.0.0.1:1/0', redisOptions: { path: socket } });
+      await t.send(envelopeOf('over the socket'));
+      await t.send(envelopeOf('delayed over the socket').with(new DelayStamp(50)));
+      const first = await receiveOne(t);
+      await t.ack(first);
+      const second = await receiveOne(t);
+      await t.ack(second);
+      expect([first.message.id, second.message.id]).toEqual(['over the socket', 'delayed over the socket']);
+      expect(await t.getMessageCount()).toBe(0);
+    } finally {
+      await closeAll(transports);
+      await local.stop();
+      fs.rmSync(directory, { recursive: true, force: true });
+    }
+  });
+
+  it('is refused with TLS (not used over a socket)', () => {
+    const error = throwsSync(() => new RedisStreamsTransport({ dsn, stream: 's', redisOptions: { path: '/tmp/r.sock', tls: {} } }));
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    expect(error.message).toMatch(/redisOptions\.path is not supported .*TLS is not used over a Unix socket/);
   });
 });
 

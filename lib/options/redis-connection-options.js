@@ -13,7 +13,7 @@ const PRODUCT = 'nestjs-messenger-native';
 
 /** Keys honoured as ioredis honours them (see `redisConnectionOf`). */
 const HONOURED = new Set([
-  'host', 'port', 'username', 'password', 'db', 'keyPrefix', 'tls', 'family', 'connectTimeout', 'disableClientInfo',
+  'host', 'port', 'username', 'password', 'db', 'keyPrefix', 'tls', 'family', 'connectTimeout', 'disableClientInfo', 'path',
 ]);
 
 /** Keys accepted whatever their value: they shape nothing this transport does. */
@@ -75,7 +75,6 @@ const REFUSED = new Map([
   ['readOnly', 'the transport writes to the server it connects to'],
   ['connectionName', 'its connections cannot be named (the send connection is named "nestjs-messenger-native:send")'],
   ['clientInfoTag', 'the library name its connections report cannot be tagged'],
-  ['path', 'Unix sockets are not supported: give the server\'s TCP address in the DSN'],
   ['Connector', 'connections are made by the native client'],
   ['scripts', 'the transport\'s client is not the app\'s'],
   ['monitor', 'the transport\'s connections run its own commands'],
@@ -262,6 +261,16 @@ function redisConnectionOf(options) {
   }
 
   const tls = present(redisOptions.tls) ? tlsOf(redisOptions.tls, dsn) : undefined;
+
+  // A Unix socket, as ioredis reads `path`: used instead of the DSN's host and port.
+  const { path } = redisOptions;
+  if (present(path)) {
+    isString('path')(path);
+    if (path === '') throw invalid('path', 'the path of the server\'s Unix socket');
+    if (options.cluster === true) throw refuse('path', 'a cluster is reached over TCP, through its nodes\' addresses');
+    if (tls !== undefined) throw refuse('path', 'TLS is not used over a Unix socket: leave redisOptions.tls out');
+  }
+
   return {
     tlsCa: tls?.tlsCa,
     connectTimeoutMs,
@@ -277,6 +286,7 @@ function redisConnectionOf(options) {
       username: username || undefined,
       password: password || undefined,
       disableClientInfo: disableClientInfo === true,
+      path: present(path) ? path : undefined,
     },
   };
 }

@@ -74,6 +74,8 @@ pub struct RedisOverrides {
     pub password: Option<String>,
     /// No `CLIENT SETINFO` on connecting.
     pub disable_client_info: bool,
+    /// The server's Unix socket, instead of the DSN's host and port (ioredis's `path`).
+    pub path: Option<String>,
 }
 
 pub(super) fn millis(value: f64, name: &str) -> Result<Duration, Error> {
@@ -196,6 +198,7 @@ pub fn redis_queue(options: RedisQueueOptions) -> Result<Queue, Error> {
                 username: given.username,
                 password: given.password,
                 skip_client_info: given.disable_client_info,
+                path: given.path,
             },
         },
         max_connections: options.max_connections.map(connection_budget).transpose()?,

@@ -180,6 +180,8 @@ pub struct Overrides {
     pub password: Option<String>,
     /// No `CLIENT SETINFO` on connecting (`disableClientInfo`).
     pub skip_client_info: bool,
+    /// A Unix socket to connect to instead of the DSN's host and port.
+    pub path: Option<String>,
 }
 
 // The password and the key are never shown.
@@ -254,6 +256,10 @@ impl ConnectOptions {
                 tls_params,
             },
             other => other,
+        };
+        let addr = match &o.path {
+            Some(path) => ConnectionAddr::Unix(std::path::PathBuf::from(path)),
+            None => addr,
         };
         let mut settings = info.redis_settings().clone();
         if let Some(db) = o.db {
