@@ -59,6 +59,8 @@ function matcherOf(pattern) {
  * @param {{ targetPort: number, targetHost?: string }} options
  */
 async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
+  /** Where new connections go (`retarget` moves it; open ones stay where they are). */
+  const target = { host: targetHost, port: targetPort };
   /** @type {Set<{ client: net.Socket, upstream: net.Socket, doomed: boolean }>} */
   const links = new Set();
   let blackholed = false;
@@ -161,7 +163,7 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
   const server = net.createServer({ pauseOnConnect: true }, (client) => {
     accepted += 1;
     acceptedAt.push(performance.now());
-    const upstream = net.connect({ host: targetHost, port: targetPort });
+    const upstream = net.connect({ host: target.host, port: target.port });
     const link = { client, upstream, doomed: false, onDoomedReply: undefined, held: undefined, heldDown: undefined, openedAt: Date.now(), lastDataAt: Date.now(), bytesUp: 0, bytesDown: 0 };
     links.add(link);
     client.setNoDelay(true);
@@ -232,6 +234,13 @@ async function startProxy({ targetPort, targetHost = '127.0.0.1' }) {
     },
     get blackholed() {
       return blackholed;
+    },
+    /**
+     * Sends new connections to `port` from now on, as a DNS name repointed after a failover:
+     * open connections stay where they were.
+     */
+    retarget(port) {
+      target.port = port;
     },
     /** Resets every live connection (both sides); new ones are accepted and forwarded. */
     cut() {

@@ -65,6 +65,8 @@ pub struct TableStatements {
 /// directly on first contact (`None` for an embedded database), and the dialect's own state.
 pub struct OpenedTarget<C: Connector> {
     pub pool: Pool<C::Db>,
+    /// When the pool's connections last met a server that takes no writes.
+    pub writer: Arc<super::target::WriterEpoch>,
     pub probe: Option<DialectConnectOptions<C>>,
     pub extra: C::Extra,
 }
@@ -160,6 +162,12 @@ pub trait Connector: Sized + Send + Sync + 'static {
 
     /// A server error in the shared kinds, by the dialect's own codes.
     fn classify_database(err: &dyn DatabaseError) -> Failure;
+
+    /// The server refused a write because it takes none (a writer turned read-only, a
+    /// standby): the connection is no longer to the DSN's writer.
+    fn refuses_writes(_err: &dyn DatabaseError) -> bool {
+        false
+    }
 
     /// Any driver error in the shared kinds.
     fn classify(err: &sqlx::Error) -> Failure {

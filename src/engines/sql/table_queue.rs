@@ -215,13 +215,17 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
     fn setup(&self) -> BoxFuture<'_, Result<()>> {
         Box::pin(self.bounded("setup", None, async move {
             self.ready("setup").await?;
-            with_transient_retry(MAX_POOL_CONNECTIONS, D::classify, || {
-                D::Db::set_up(
-                    &self.cx.target.pool,
-                    self.shared_sql.setup_done.as_deref(),
-                    &self.shared_sql.setup,
-                )
-            })
+            with_transient_retry(
+                MAX_POOL_CONNECTIONS,
+                |e| self.cx.target.classify(e),
+                || {
+                    D::Db::set_up(
+                        &self.cx.target.pool,
+                        self.shared_sql.setup_done.as_deref(),
+                        &self.shared_sql.setup,
+                    )
+                },
+            )
             .await
             .map_err(|e| self.cx.err("setup", e))
         }))
@@ -240,9 +244,13 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
     fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
         Box::pin(self.bounded("claim", None, async move {
             self.ready("claim").await?;
-            with_transient_retry(MAX_POOL_CONNECTIONS, D::classify, || self.claim_once(limit))
-                .await
-                .map_err(|e| self.cx.err("claim", e))
+            with_transient_retry(
+                MAX_POOL_CONNECTIONS,
+                |e| self.cx.target.classify(e),
+                || self.claim_once(limit),
+            )
+            .await
+            .map_err(|e| self.cx.err("claim", e))
         }))
     }
 
@@ -307,9 +315,11 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
                 );
                 let deleted = self
                     .bounded("ack", None, async {
-                        with_transient_retry(MAX_POOL_CONNECTIONS, D::classify, || {
-                            self.delete_rows(&sql)
-                        })
+                        with_transient_retry(
+                            MAX_POOL_CONNECTIONS,
+                            |e| self.cx.target.classify(e),
+                            || self.delete_rows(&sql),
+                        )
                         .await
                         .map_err(|e| self.cx.err("ack", e))
                     })
@@ -329,9 +339,11 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             };
             let copied = self
                 .bounded("reject", None, async {
-                    with_transient_retry(MAX_POOL_CONNECTIONS, D::classify, || {
-                        D::redeliver(&self.cx, id, held.token, &copy)
-                    })
+                    with_transient_retry(
+                        MAX_POOL_CONNECTIONS,
+                        |e| self.cx.target.classify(e),
+                        || D::redeliver(&self.cx, id, held.token, &copy),
+                    )
                     .await
                     .map_err(|e| self.cx.err("reject", e))
                 })
@@ -353,9 +365,11 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             // Idempotent (it only clears a claim), so a stale pooled connection is retried:
             // otherwise released rows would stay hidden for the whole lease.
             self.bounded("release", None, async {
-                with_transient_retry(MAX_POOL_CONNECTIONS, D::classify, || {
-                    D::release(&self.cx, condition.clone())
-                })
+                with_transient_retry(
+                    MAX_POOL_CONNECTIONS,
+                    |e| self.cx.target.classify(e),
+                    || D::release(&self.cx, condition.clone()),
+                )
                 .await
                 .map_err(|e| self.cx.err("release", e))
             })

@@ -60,6 +60,8 @@ pub struct SqlTarget<D: Connector> {
     registry: &'static Targets<SqlTarget<D>>,
     key: String,
     pub pool: Pool<D::Db>,
+    /// When the pool's connections last met a server that takes no writes.
+    pub writer: Arc<WriterEpoch>,
     probe: Option<DialectConnectOptions<D>>,
     pub connect_timeout: Duration,
     /// The most connections this process opens to the DSN (`maxConnections`).
@@ -109,12 +111,17 @@ impl<D: Connector> SqlTarget<D> {
         let fits = |live: &Self| same_budget(max_connections, live.max_connections);
         registry.join_if(&key.clone(), fits, || {
             let board = Arc::new(WakeBoard::default());
-            let OpenedTarget { pool, probe, extra } =
-                D::open_target(dsn, connect_timeout, &board, budget)?;
+            let OpenedTarget {
+                pool,
+                writer,
+                probe,
+                extra,
+            } = D::open_target(dsn, connect_timeout, &board, budget)?;
             Ok(Self {
                 registry,
                 key,
                 pool,
+                writer,
                 probe,
                 connect_timeout,
                 max_connections: budget,
@@ -245,6 +252,18 @@ impl<D: Connector> SqlTarget<D> {
         }
     }
 
+    /// Classifies a driver error as the dialect does, and notes a server that takes no writes
+    /// (the pool then hands out none of the connections opened before: a statement repeated
+    /// after it connects anew). Handed to the retry policy as its classifier.
+    pub fn classify(&self, err: &sqlx::Error) -> Failure {
+        if let sqlx::Error::Database(db) = err {
+            if D::refuses_writes(db.as_ref()) {
+                self.writer.mark();
+            }
+        }
+        D::classify(err)
+    }
+
     /// Notes a failure: after a connection failure, pooled connections are suspect.
     pub fn note(&self, err: &sqlx::Error) {
         if D::classify(err) == Failure::Connection {
@@ -283,7 +302,7 @@ impl<D: Connector> SqlTarget<D> {
         driver_error(
             D::FACTS.label,
             op,
-            D::classify(err),
+            self.classify(err),
             &detail,
             D::cause(err),
             &self.secrets,
@@ -369,6 +388,7 @@ pub fn pool_share(max_connections: u32, own: u32, own_is: &str) -> Result<u32> {
 pub fn server_pool_options<DB: Database>(
     connect_timeout: Duration,
     max_connections: u32,
+    writer: Arc<WriterEpoch>,
 ) -> PoolOptions<DB> {
     PoolOptions::new()
         .max_connections(max_connections)
@@ -378,7 +398,14 @@ pub fn server_pool_options<DB: Database>(
         .test_before_acquire(false)
         .before_acquire(
             move |conn: &mut DB::Connection, meta: PoolConnectionMetadata| {
+                // Opened before a connection met a server that takes no writes: it may be to
+                // the old writer still. Closed, and the pool connects anew, where the DSN's
+                // name points now.
+                let stale = writer.predates(meta.age);
                 Box::pin(async move {
+                    if stale {
+                        return Ok(false);
+                    }
                     if meta.idle_for < PING_IF_IDLE_FOR {
                         return Ok(true);
                     }
@@ -394,6 +421,29 @@ pub fn server_pool_options<DB: Database>(
         .min_connections(0)
         .acquire_timeout(connect_timeout)
         .idle_timeout(Duration::from_secs(60))
+}
+
+/// When a connection of a DSN last met a server that takes no writes (a writer demoted in
+/// place by a failover, a standby): the pool hands out no connection opened before then, so
+/// the next statement connects anew, to wherever the DSN's name points now.
+#[derive(Debug, Default)]
+pub struct WriterEpoch {
+    marked_at: std::sync::Mutex<Option<Instant>>,
+}
+
+impl WriterEpoch {
+    /// A connection met a server that takes no writes.
+    pub fn mark(&self) {
+        *self.marked_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+
+    /// Whether a connection of age `age` was opened before the last mark.
+    pub fn predates(&self, age: Duration) -> bool {
+        self.marked_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|at| age > at.elapsed())
+    }
 }
 
 /// `options` with an `after_connect` hook that runs the dialect's session setup, if any. No

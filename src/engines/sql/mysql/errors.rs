@@ -14,6 +14,9 @@ const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
 const ER_LOCK_DEADLOCK: u16 = 1213;
 const ER_SERVER_SHUTDOWN: u16 = 1053;
 const ER_CON_COUNT_ERROR: u16 = 1040;
+const ER_OPTION_PREVENTS_STATEMENT: u16 = 1290;
+const ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION: u16 = 1792;
+const ER_READ_ONLY_MODE: u16 = 1836;
 
 /// The names mysql2 gives the error numbers an application meets (connection, access, schema,
 /// locking, limits, constraint and data errors); an unlisted number keeps its errno and
@@ -96,7 +99,26 @@ pub fn cause(db: &dyn DatabaseError) -> Cause {
     }
 }
 
+/// The server takes no writes: `read_only` / `super_read_only` (1290, which also answers other
+/// options' refusals, told apart by naming the option), a read-only transaction (1792), a
+/// read-only mode (1836). It is no longer a writer for this DSN.
+pub fn refuses_writes(db: &dyn DatabaseError) -> bool {
+    match db
+        .try_downcast_ref::<MySqlDatabaseError>()
+        .map(|e| e.number())
+    {
+        Some(ER_OPTION_PREVENTS_STATEMENT) => {
+            db.message().contains("read-only") || db.message().contains("read_only")
+        }
+        Some(ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION | ER_READ_ONLY_MODE) => true,
+        _ => false,
+    }
+}
+
 pub fn classify_database(db: &dyn DatabaseError) -> Failure {
+    if refuses_writes(db) {
+        return Failure::Connection;
+    }
     match db
         .try_downcast_ref::<MySqlDatabaseError>()
         .map(|e| e.number())

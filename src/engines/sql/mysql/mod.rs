@@ -24,7 +24,7 @@ use crate::engines::sql::ids::{held_condition, id_list, HeldRow};
 use crate::engines::sql::queue_context::QueueContext;
 use crate::engines::sql::retry::with_rollback_retry;
 use crate::engines::sql::target::{
-    invalid_dsn, pool_share, server_pool_options, with_session_setup, SqlTarget,
+    invalid_dsn, pool_share, server_pool_options, with_session_setup, SqlTarget, WriterEpoch,
     MAX_POOL_CONNECTIONS,
 };
 use crate::queue::engine::{Held, NewMessage, StoredMessage};
@@ -94,13 +94,15 @@ impl Connector for MySql {
         // other sessions) until commit, stalling claims and deadlocking sends. Under READ
         // COMMITTED rows that do not match are not locked. (The time zone is left alone: see
         // the module doc.)
+        let writer = Arc::new(WriterEpoch::default());
         let pool = with_session_setup(
-            server_pool_options(connect_timeout, pool_max),
+            server_pool_options(connect_timeout, pool_max, writer.clone()),
             Some("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"),
         )
         .connect_lazy_with(options.clone());
         Ok(OpenedTarget {
             pool,
+            writer,
             probe: Some(options),
             extra: MySqlExtra {
                 max_packet: AtomicU64::new(16 * 1024 * 1024),
@@ -167,6 +169,10 @@ impl Connector for MySql {
         errors::classify_database(err)
     }
 
+    fn refuses_writes(err: &dyn DatabaseError) -> bool {
+        errors::refuses_writes(err)
+    }
+
     fn describe(err: &dyn DatabaseError) -> String {
         errors::describe(err)
     }
@@ -197,9 +203,11 @@ impl SqlDialect for MySql {
     ) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
             let ranges = insert::packets(queue, &messages)?;
-            with_rollback_retry(MAX_POOL_CONNECTIONS, Self::classify, || {
-                insert::insert_once(queue, &messages, &ranges)
-            })
+            with_rollback_retry(
+                MAX_POOL_CONNECTIONS,
+                |e| queue.target.classify(e),
+                || insert::insert_once(queue, &messages, &ranges),
+            )
             .await
             .map_err(|e| queue.target.write_error("send", "the messages", &e))
         })

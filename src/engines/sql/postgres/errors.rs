@@ -6,8 +6,18 @@ use sqlx::error::DatabaseError;
 
 /// SQLSTATE classes: 08 connection, 57P shutdown/cannot connect; 28 authorization and 3D000
 /// unknown database (refused for good); 42P01 undefined table; 40001/40P01 serialization
-/// failure/deadlock.
+/// failure/deadlock; 25006 a read-only server (see [`refuses_writes`]): a connection to
+/// replace.
+/// The server takes no writes (SQLSTATE 25006, read_only_sql_transaction): a writer demoted
+/// in place, or a standby the connection reached. It is no longer a writer for this DSN.
+pub fn refuses_writes(db: &dyn DatabaseError) -> bool {
+    db.code().as_deref() == Some("25006")
+}
+
 pub fn classify_database(db: &dyn DatabaseError) -> Failure {
+    if refuses_writes(db) {
+        return Failure::Connection;
+    }
     match db.code().as_deref() {
         Some("42P01") => Failure::NotFound,
         Some("40001" | "40P01") => Failure::Transient,

@@ -21,7 +21,7 @@ use crate::engines::sql::ids::{claimed_rows, HeldRow};
 use crate::engines::sql::queue_context::QueueContext;
 use crate::engines::sql::retry::with_rollback_retry;
 use crate::engines::sql::target::{
-    invalid_dsn, pool_share, server_pool_options, with_session_setup, SqlTarget,
+    invalid_dsn, pool_share, server_pool_options, with_session_setup, SqlTarget, WriterEpoch,
     MAX_POOL_CONNECTIONS,
 };
 use crate::queue::engine::{Held, NewMessage, StoredMessage};
@@ -106,8 +106,9 @@ impl Connector for Postgres {
         // Through a transaction pooler a session setting would stay on a server connection
         // that other clients (other applications) are lent next.
         let session_setup = (!transaction_pooled).then_some(session_defaults::SESSION_SETUP);
+        let writer = Arc::new(WriterEpoch::default());
         let pool = with_session_setup(
-            server_pool_options(connect_timeout, pool_max),
+            server_pool_options(connect_timeout, pool_max, writer.clone()),
             session_setup,
         )
         .connect_lazy_with(options.clone());
@@ -126,6 +127,7 @@ impl Connector for Postgres {
         });
         Ok(OpenedTarget {
             pool,
+            writer,
             probe: Some(options),
             extra: PgExtra {
                 listener,
@@ -157,6 +159,10 @@ impl Connector for Postgres {
 
     fn classify_database(err: &dyn DatabaseError) -> Failure {
         errors::classify_database(err)
+    }
+
+    fn refuses_writes(err: &dyn DatabaseError) -> bool {
+        errors::refuses_writes(err)
     }
 
     fn describe(err: &dyn DatabaseError) -> String {
@@ -220,18 +226,22 @@ impl SqlDialect for Postgres {
                 headers.push(m.headers);
                 delays.push(m.delay_ms);
             }
-            let rows = with_rollback_retry(MAX_POOL_CONNECTIONS, Self::classify, || async {
-                let mut conn = queue.target.acquire_for_write().await?;
-                let insert = sqlx::query::<sqlx::Postgres>(&queue.sql.insert)
-                    .bind(&queue.config.queue)
-                    .bind(&bodies)
-                    .bind(&headers)
-                    .bind(&delays)
-                    .bind(&queue.config.table);
-                let rows = rows_on(&mut *conn, pooled(queue), insert).await?;
-                queue.target.send_connection.keep(conn);
-                Ok(rows)
-            })
+            let rows = with_rollback_retry(
+                MAX_POOL_CONNECTIONS,
+                |e| queue.target.classify(e),
+                || async {
+                    let mut conn = queue.target.acquire_for_write().await?;
+                    let insert = sqlx::query::<sqlx::Postgres>(&queue.sql.insert)
+                        .bind(&queue.config.queue)
+                        .bind(&bodies)
+                        .bind(&headers)
+                        .bind(&delays)
+                        .bind(&queue.config.table);
+                    let rows = rows_on(&mut *conn, pooled(queue), insert).await?;
+                    queue.target.send_connection.keep(conn);
+                    Ok(rows)
+                },
+            )
             .await
             .map_err(|e| queue.target.write_error("send", "the messages", &e))?;
             let mut ids = Vec::with_capacity(rows.len());

@@ -104,6 +104,8 @@ impl Connector for Sqlite {
             .connect_lazy_with(options);
         Ok(OpenedTarget {
             pool,
+            // A file takes writes or fails: it is never a demoted writer.
+            writer: Arc::default(),
             probe: None,
             extra: (),
         })
