@@ -66,7 +66,7 @@ pub struct TableStatements {
 pub struct OpenedTarget<C: Connector> {
     pub pool: Pool<C::Db>,
     /// When the pool's connections last met a server that takes no writes.
-    pub writer: Arc<super::target::WriterEpoch>,
+    pub writer: Arc<super::writer_epoch::WriterEpoch>,
     pub probe: Option<DialectConnectOptions<C>>,
     pub extra: C::Extra,
 }

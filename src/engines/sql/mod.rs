@@ -32,6 +32,7 @@ mod retry;
 mod table_poller;
 mod table_queue;
 mod target;
+mod writer_epoch;
 
 pub mod mysql;
 pub mod outbox;

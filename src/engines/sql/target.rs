@@ -14,6 +14,7 @@ use super::driver::{DueRow, Runner, SqlResult};
 use super::errors::{driver_error, no_answer, outcome_unknown, statement_outcome, Failure};
 use super::kept_connection::KeptConnection;
 use super::table_poller::{PollTarget, TablePollers};
+pub use super::writer_epoch::WriterEpoch;
 use crate::queue::by_queue::ByQueue;
 use crate::queue::engine::StoredMessage;
 use crate::queue::hand_off::HandOffDesk;
@@ -421,29 +422,6 @@ pub fn server_pool_options<DB: Database>(
         .min_connections(0)
         .acquire_timeout(connect_timeout)
         .idle_timeout(Duration::from_secs(60))
-}
-
-/// When a connection of a DSN last met a server that takes no writes (a writer demoted in
-/// place by a failover, a standby): the pool hands out no connection opened before then, so
-/// the next statement connects anew, to wherever the DSN's name points now.
-#[derive(Debug, Default)]
-pub struct WriterEpoch {
-    marked_at: std::sync::Mutex<Option<Instant>>,
-}
-
-impl WriterEpoch {
-    /// A connection met a server that takes no writes.
-    pub fn mark(&self) {
-        *self.marked_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-    }
-
-    /// Whether a connection of age `age` was opened before the last mark.
-    pub fn predates(&self, age: Duration) -> bool {
-        self.marked_at
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some_and(|at| age > at.elapsed())
-    }
 }
 
 /// `options` with an `after_connect` hook that runs the dialect's session setup, if any. No

@@ -1,0 +1,53 @@
+//! Following a writer that moves: when a connection of a DSN meets a server that takes no
+//! writes (a writer demoted in place by a failover, a standby the name now reaches), the
+//! connections opened before are not handed out again. A leaf: the pool's acquire hook
+//! (`target::server_pool_options`) and the target that notes refusals share it.
+
+use std::time::{Duration, Instant};
+
+/// When a connection of a DSN last met a server that takes no writes (a writer demoted in
+/// place by a failover, a standby): the pool hands out no connection opened before then, so
+/// the next statement connects anew, to wherever the DSN's name points now.
+#[derive(Debug, Default)]
+pub struct WriterEpoch {
+    marked_at: std::sync::Mutex<Option<Instant>>,
+}
+
+impl WriterEpoch {
+    /// A connection met a server that takes no writes.
+    pub fn mark(&self) {
+        *self.marked_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+
+    /// Whether a connection of age `age` was opened before the last mark.
+    pub fn predates(&self, age: Duration) -> bool {
+        self.marked_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|at| age > at.elapsed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_connections_opened_before_the_mark_are_stale() {
+        let epoch = WriterEpoch::default();
+        assert!(
+            !epoch.predates(Duration::from_secs(3600)),
+            "nothing marked yet"
+        );
+        epoch.mark();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            epoch.predates(Duration::from_secs(1)),
+            "opened a second ago"
+        );
+        assert!(
+            !epoch.predates(Duration::from_millis(5)),
+            "opened after the mark"
+        );
+    }
+}
