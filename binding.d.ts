@@ -242,6 +242,8 @@ export interface RedisQueueOptions {
   overrides?: RedisOverrides
   /** The most connections this process opens to the node, for every transport on it. */
   maxConnections?: number
+  /** Replicas a send's write must reach before the send resolves (0: none). */
+  waitForReplicas?: number
 }
 
 /**

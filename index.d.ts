@@ -295,6 +295,15 @@ export interface RedisStreamsTransportOptions {
    */
   readonly maxConnections?: number;
   /**
+   * Sends that survive a hard failover: `send()` resolves only once its write has reached this
+   * many replicas (Redis `WAIT`, bounded by `connectTimeoutMs`); a send the replicas did not
+   * acknowledge in time rejects with `error.outcome` `'unknown'` (it is on the master, and may
+   * be lost if the master fails before a replica has it). Default 0: resolve once the master
+   * stored it (replication is asynchronous). Single node only; see docs/reliability.md,
+   * "Which failovers a resolved send survives".
+   */
+  readonly waitForReplicas?: number;
+  /**
    * How long connecting, and each command's reply, may take before `TransportConnectionError`.
    * Default: `redisOptions.connectTimeout` if given (the two must agree when both are), else 5000.
    */

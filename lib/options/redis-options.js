@@ -43,6 +43,15 @@ function resolveRedisOptions(options) {
     throw invalidArgument(`Invalid readBatchSize ${String(readBatchSize)}: expected a positive integer.`);
   }
   const connection = redisConnectionOf(options);
+  const waitForReplicas = options.waitForReplicas ?? 0;
+  if (!Number.isInteger(waitForReplicas) || waitForReplicas < 0) {
+    throw invalidArgument(`Invalid waitForReplicas ${String(waitForReplicas)}: expected a whole number of replicas (0: do not wait).`);
+  }
+  if (waitForReplicas > 0 && options.cluster === true) {
+    throw invalidArgument(
+      'waitForReplicas applies to a single Redis node (with Sentinel or a replica of its own): on a cluster a send\'s write and its WAIT could reach different connections.',
+    );
+  }
   return {
     dsn: typeof options.dsn === 'string' ? options.dsn : '',
     stream,
@@ -59,6 +68,7 @@ function resolveRedisOptions(options) {
     connectTimeoutMs: positiveNumber({ connectTimeoutMs: connection.connectTimeoutMs }, DEFAULTS, 'connectTimeoutMs'),
     overrides: connection.overrides,
     maxConnections,
+    waitForReplicas,
     ackMode: ackModeOf(options),
     ...sendBacklogOf(options),
     logger: loggerOf(options),

@@ -31,6 +31,7 @@ class RedisStreamsTransport extends NativeTransport {
         maxQueuedSends: o.maxQueuedSends,
         maxQueuedSendBytes: o.maxQueuedSendBytes,
         maxConnections: o.maxConnections,
+        waitForReplicas: o.waitForReplicas,
       }),
     );
     const messaging = { system: 'redis', destination: o.stream };

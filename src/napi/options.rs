@@ -52,6 +52,8 @@ pub struct RedisQueueOptions {
     pub overrides: Option<RedisOverrides>,
     /// The most connections this process opens to the node, for every transport on it.
     pub max_connections: Option<f64>,
+    /// Replicas a send's write must reach before the send resolves (0: none).
+    pub wait_for_replicas: Option<u32>,
 }
 
 /// `redisOptions` the DSN says nothing of, checked by the JavaScript wrapper (which refuses
@@ -202,6 +204,7 @@ pub fn redis_queue(options: RedisQueueOptions) -> Result<Queue, Error> {
             },
         },
         max_connections: options.max_connections.map(connection_budget).transpose()?,
+        wait_for_replicas: options.wait_for_replicas.unwrap_or(0),
     };
     let first_batch = options
         .read_batch_size

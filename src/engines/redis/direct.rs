@@ -47,8 +47,13 @@ impl RedisWire {
         }
     }
 
-    /// `None` on a cluster or over TLS: those keep to the runtime's connections.
+    /// `None` on a cluster, over TLS, or with `waitForReplicas` (its `WAIT` goes on the
+    /// command connection, after the write it waits for): those keep to the runtime's
+    /// connections.
     pub fn new(queue: Arc<RedisQueue>) -> Option<Self> {
+        if queue.config.wait_for_replicas > 0 {
+            return None;
+        }
         let super::connection::Target::Node(client) = &queue.shared.target else {
             return None;
         };

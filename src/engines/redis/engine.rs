@@ -193,9 +193,15 @@ impl Engine for RedisQueue {
         self.config.claim_idle
     }
 
-    /// Getting the command connection, then the pipeline: each within the connect timeout.
+    /// Getting the command connection, then the pipeline: each within the connect timeout;
+    /// with `waitForReplicas`, the `WAIT` too.
     fn send_bound(&self) -> Duration {
-        self.shared.connect_timeout * 2 + Duration::from_secs(1)
+        let steps = if self.config.wait_for_replicas > 0 {
+            3
+        } else {
+            2
+        };
+        self.shared.connect_timeout * steps + Duration::from_secs(1)
     }
 
     fn unanswered_send(&self) -> crate::support::error::Error {

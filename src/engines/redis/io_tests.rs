@@ -41,6 +41,7 @@ async fn queue_and_client(name: &str) -> (RedisQueue, redis::aio::MultiplexedCon
             ..Default::default()
         },
         max_connections: None,
+        wait_for_replicas: 0,
     };
     let parsed = crate::support::dsn::parse_redis_dsn(&dsn).expect("a valid REDIS_DSN");
     let queue = RedisQueue::open(&parsed, config).expect("a queue");

@@ -232,6 +232,7 @@ pub(super) mod tests {
                 ..Default::default()
             },
             max_connections: None,
+            wait_for_replicas: 0,
         }
     }
 

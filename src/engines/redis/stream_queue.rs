@@ -39,6 +39,8 @@ pub struct StreamConfig {
     pub connect: ConnectOptions,
     /// `maxConnections`: the budget of every connection to the node in this process.
     pub max_connections: Option<u32>,
+    /// `waitForReplicas`: replicas a send's write must reach (`WAIT`) before it is answered.
+    pub wait_for_replicas: u32,
 }
 
 /// The deployment shared by every stream queue of the process on one DSN.

@@ -87,9 +87,13 @@ impl RedisQueue {
                 .iter()
                 .filter_map(|&i| batch.nonces[i].clone())
                 .collect();
-            let stored = self
+            let stored = match self
                 .store_part(part, &part_messages, &nonces, &mut batch)
-                .await;
+                .await
+            {
+                Ok(ids) => self.replicated(ids).await,
+                Err(err) => Err(err),
+            };
             match stored {
                 Ok(ids) => {
                     for (slot, id) in slots.into_iter().zip(ids) {
@@ -163,6 +167,37 @@ impl RedisQueue {
             }
             first = false;
         }
+    }
+
+    /// `ids`, once the writes made on the command connection so far have reached the replicas
+    /// `waitForReplicas` asks for (`WAIT`, bounded by the connect timeout): a write the replicas
+    /// did not acknowledge in time is on the master only, and may be lost in a hard failover.
+    async fn replicated(&self, ids: Vec<String>) -> Result<Vec<String>> {
+        let wanted = self.config.wait_for_replicas;
+        if wanted == 0 {
+            return Ok(ids);
+        }
+        // Within the reply bound of the command connection (the connect timeout), so that the
+        // server answers with how many acknowledged before the client gives up on it.
+        let timeout = self.shared.connect_timeout * 3 / 4;
+        let mut conn = self.conn("send").await?;
+        let acknowledged: i64 = redis::cmd("WAIT")
+            .arg(wanted)
+            .arg(timeout.as_millis() as u64)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err("send", &e).with_outcome(Outcome::Unknown))?;
+        if acknowledged >= i64::from(wanted) {
+            return Ok(ids);
+        }
+        Err(Error::connection(format!(
+            "Redis transport failed during \"send\": stored on the master, but {acknowledged} of the {wanted} replica(s) waitForReplicas asks for acknowledged it within {} ms (it may be lost if the master fails now; not sent again)",
+            timeout.as_millis()
+        ))
+        .caused_by(crate::support::error::Cause::timed_out(format!(
+            "WAIT {wanted} answered {acknowledged}"
+        )))
+        .with_outcome(Outcome::Unknown))
     }
 
     /// A blocked read of this instance re-plans its wait around the new delayed members.
