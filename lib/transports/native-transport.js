@@ -86,9 +86,7 @@ class NativeTransport {
     } catch (error) {
       throw notApplied(error);
     }
-    const id = await sending.catch((error) => {
-      throw withOutcome(error, 'unknown');
-    });
+    const id = await unknownUnlessSaid(sending);
     // No id: a Redis send repeated after a lost reply found its batch stored, and its entries
     // already read and deleted (docs/semantics.md, "Sends").
     return id === '' ? envelope : envelope.with(new TransportMessageIdStamp(id));
@@ -172,9 +170,7 @@ class NativeTransport {
       this.#holdLoopForAcks();
       return;
     }
-    await this.#settles.track(native(this.#queue.ack(id))).catch((error) => {
-      throw withOutcome(error, 'unknown');
-    });
+    await unknownUnlessSaid(this.#settles.track(native(this.#queue.ack(id))));
   }
 
   /**
@@ -233,9 +229,7 @@ class NativeTransport {
       throw notApplied(error);
     }
     if (redelivered === undefined) return;
-    await redelivered.catch((error) => {
-      throw withOutcome(error, 'unknown');
-    });
+    await unknownUnlessSaid(redelivered);
   }
 
   /**
@@ -363,9 +357,7 @@ class NativeTransport {
     this.#queue.beginClose();
     await this.#settles.drained();
     try {
-      await native(this.#queue.close()).catch((error) => {
-        throw withOutcome(error, 'unknown');
-      });
+      await unknownUnlessSaid(native(this.#queue.close()));
     } finally {
       // Nothing is written after close (its error says how many acks were not).
       this.#releaseAckHold();
@@ -402,6 +394,18 @@ function messageIdOf(envelope) {
  */
 function notApplied(error) {
   return withOutcome(error, 'not-applied');
+}
+
+/**
+ * A write that went out: its rejection says what it did, or else that the outcome is unknown.
+ * @template T
+ * @param {Promise<T>} writing
+ * @returns {Promise<T>}
+ */
+function unknownUnlessSaid(writing) {
+  return writing.catch((error) => {
+    throw withOutcome(error, 'unknown');
+  });
 }
 
 module.exports = { NativeTransport };

@@ -376,10 +376,8 @@ impl<T, R> Flusher<T, R> {
             }
             let batch: Vec<Request<T, R>> = {
                 let mut s = lock(&self.shared);
-                // Withdrawn requests are dropped unwritten (also those withdrawn while the
-                // flush prepared).
-                s.queued
-                    .retain(|r| r.state.load(Ordering::Acquire) != WITHDRAWN);
+                // A request withdrawn while the flush prepared has left the queue by itself
+                // (one withdrawn as this batch is taken is left out by `take_sent`).
                 if s.queued.is_empty() {
                     continue;
                 }

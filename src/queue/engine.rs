@@ -66,8 +66,8 @@ pub trait Engine: Send + Sync {
         None
     }
 
-    /// Hands the engine its queue's counters, for what it rides out by itself (a Redis
-    /// consumer's failed reads); engines that surface every failure ignore them.
+    /// Hands the engine its queue's counters, for the figures only it knows (a Redis
+    /// consumer's tracked ids); other engines ignore them.
     fn attach_counters(&self, _counters: Arc<crate::queue::stats::Counters>) {}
     /// Polls this process ran for the idle consumers of this queue's table, shared by every
     /// queue of it (0 where idle consumers wait without polling).

@@ -111,11 +111,16 @@ impl SetupGate {
 
     fn observe<T>(&self, result: Result<T>) -> Result<T> {
         if let Err(err) = &result {
-            if err.kind == ErrorKind::NotFound {
-                self.done.store(false, Ordering::Release);
-            }
+            self.note(err);
         }
         result
+    }
+
+    /// A failure that says the table (stream, group) is gone: the next operation sets up again.
+    fn note(&self, err: &Error) {
+        if err.kind == ErrorKind::NotFound {
+            self.done.store(false, Ordering::Release);
+        }
     }
 
     /// `op` after the memoized setup, watching its result for a vanished table.
@@ -176,11 +181,9 @@ impl Queue {
                     let counters = send_counters.clone();
                     Box::pin(async move {
                         let answers = engine.insert(messages).await;
-                        for answer in &answers {
-                            // A table that vanished is re-created by the next operation.
-                            if let Err(err) = answer {
-                                let _ = setup.observe::<()>(Err(err.clone()));
-                            }
+                        // A table that vanished is re-created by the next operation.
+                        for err in answers.iter().filter_map(|answer| answer.as_ref().err()) {
+                            setup.note(err);
                         }
                         let stored = answers.iter().filter(|a| a.is_ok()).count();
                         if stored > 0 {

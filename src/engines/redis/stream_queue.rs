@@ -120,8 +120,7 @@ pub struct RedisQueue {
     /// Bumped when a queue of this process adds a delayed message to the stream, so blocked
     /// reads re-plan their wait.
     pub(super) delayed_added: Arc<WakeSignal>,
-    /// The queue's counters (`stats()`): the failures this engine rides out by itself are
-    /// counted there, and its reconnects.
+    /// The queue's counters (`stats()`): the ids this consumer tracks are counted there.
     pub(super) counters: std::sync::OnceLock<Arc<crate::queue::stats::Counters>>,
     /// Markers of this stream's batches that no send will read again, waiting to be deleted
     /// a full set at a time (`forget_marker`).

@@ -1,8 +1,8 @@
 //! Writes to a stream: sends (due entries by a transaction that marks the batch stored, and
 //! any repeat of it by a script that finds that mark, so a batch is stored once however often
-//! it is sent; delayed ones all in one `ZADD`, scored on Redis's clock by a script; each part
-//! answered for itself), rejects (the copy and the
-//! removal of the original in one script) and acks (XACK and XDEL in one MULTI).
+//! it is sent; delayed ones all in one script call, scored on Redis's clock; each part answered
+//! for itself), rejects (the copy and the removal of the original in one script) and acks (XACK
+//! and XDEL in one MULTI).
 //! Invariant: each write is one pipeline, script or transaction per attempt, and a reject
 //! copies only an entry still pending in the group, so repeating one after a lost reply makes
 //! no second copy.
@@ -87,13 +87,9 @@ impl RedisQueue {
                 .iter()
                 .filter_map(|&i| batch.nonces[i].clone())
                 .collect();
-            let stored = match self
+            let stored = self
                 .store_part(part, &part_messages, &nonces, &mut batch)
-                .await
-            {
-                Ok(ids) => self.replicated(ids).await,
-                Err(err) => Err(err),
-            };
+                .await;
             match stored {
                 Ok(ids) => {
                     for (slot, id) in slots.into_iter().zip(ids) {
@@ -110,17 +106,25 @@ impl RedisQueue {
                 }
             }
         }
+        // One WAIT for the whole batch, after both parts: it covers every write before it.
+        if answers.iter().any(Result::is_ok) {
+            if let Err(err) = self.replicated().await {
+                for answer in answers.iter_mut().filter(|a| a.is_ok()) {
+                    *answer = Err(err.clone());
+                }
+            }
+        }
         answers
     }
 
     /// Stores one part of a batch. A connection found closed (the server dropped it while
     /// idle: a restart, a CLIENT KILL; or just after it ran the part) is re-made and the same
     /// part sent once more, if a first copy would be found (the due part's marker, the delayed
-    /// members' nonces):
-    /// then it is stored once however often it is sent. Otherwise (a cluster's XADDs), and
-    /// after a timeout (the server may still be working on it), the error says it may have
-    /// been stored. A redirect proves the command did not run: it is sent again, with
-    /// backoff, while a migrating slot settles (the client follows only a couple by itself).
+    /// members' nonces): then it is stored once however often it is sent. Otherwise (a
+    /// cluster's XADDs), and after a timeout (the server may still be working on it), the error
+    /// says it may have been stored. A redirect proves the command did not run: it is sent
+    /// again, with backoff, while a migrating slot settles (the client follows only a couple by
+    /// itself).
     async fn store_part(
         &self,
         part: Part,
@@ -169,13 +173,13 @@ impl RedisQueue {
         }
     }
 
-    /// `ids`, once the writes made on the command connection so far have reached the replicas
+    /// Waits until the writes made on the command connection so far have reached the replicas
     /// `waitForReplicas` asks for (`WAIT`, bounded by the connect timeout): a write the replicas
     /// did not acknowledge in time is on the master only, and may be lost in a hard failover.
-    async fn replicated(&self, ids: Vec<String>) -> Result<Vec<String>> {
+    async fn replicated(&self) -> Result<()> {
         let wanted = self.config.wait_for_replicas;
         if wanted == 0 {
-            return Ok(ids);
+            return Ok(());
         }
         // Within the reply bound of the command connection (the connect timeout), so that the
         // server answers with how many acknowledged before the client gives up on it.
@@ -188,7 +192,7 @@ impl RedisQueue {
             .await
             .map_err(|e| self.err("send", &e).with_outcome(Outcome::Unknown))?;
         if acknowledged >= i64::from(wanted) {
-            return Ok(ids);
+            return Ok(());
         }
         Err(Error::connection(format!(
             "Redis transport failed during \"send\": stored on the master, but {acknowledged} of the {wanted} replica(s) waitForReplicas asks for acknowledged it within {} ms (it may be lost if the master fails now; not sent again)",
@@ -291,9 +295,10 @@ impl RedisQueue {
         .map_err(|e| self.send_failure(&e, one_command))
     }
 
-    /// One attempt at storing the delayed part: every member in one `ZADD` (one command, so
-    /// all or nothing), scored on Redis's clock; a member already there (its first reply was
-    /// lost) keeps its first score. Answers the members' nonces.
+    /// One attempt at storing the delayed part: every member in one script call, scored on
+    /// Redis's clock (a key of another type fails its first `ZADD`, before anything is added);
+    /// a member already there (its first reply was lost) keeps its first score. Answers the
+    /// members' nonces.
     async fn delayed_once(
         &self,
         delayed: &[&NewMessage],

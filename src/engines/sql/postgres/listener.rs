@@ -89,8 +89,7 @@ impl PgNotifyListener {
     }
 
     pub async fn stop(&self) {
-        self.stop.cancel();
-        lock(&self.live).clear();
+        self.cancel();
         crate::engines::sql::target::close_pool(&self.pool, Duration::from_secs(1)).await;
     }
 
