@@ -12,8 +12,7 @@
 const { startServer } = require('./support/servers');
 const { startProxy, viaProxy } = require('./support/proxy');
 const { makeTransport, stored } = require('./support/engines');
-const { faultEnvelope } = require('./support/messages');
-const { settleWithin, sleep, consumeAndAck } = require('./support/account');
+const { settleWithin, sleep, consumeAndAck, sendSteadily } = require('./support/account');
 
 /** How soon after the flip sends must succeed again. */
 const RESUME_MS = 3000;
@@ -68,28 +67,15 @@ describe.each(['postgres', 'mariadb'])('%s: the writer moves while the old one s
     const sender = makeTransport(engine, { dsn, queue, connectTimeoutMs: 2000 });
     const consumer = makeTransport(engine, { dsn, queue, connectTimeoutMs: 2000, pollIntervalMs: 200 });
     const { delivered, errors, controller, loop } = consumeAndAck(consumer);
-    const sends = [];
     let flippedAt;
-    let sending = true;
-    const producer = (async () => {
-      for (let n = 0; sending; n += 1) {
-        const at = Date.now();
-        const outcome = await sender.send(faultEnvelope(`f:${n}`, n)).then(
-          () => ({ ok: true }),
-          (error) => ({ ok: false, outcome: error.outcome, message: error.message }),
-        );
-        sends.push({ key: `f:${n}`, at, ...outcome });
-        await sleep(SEND_EVERY_MS);
-      }
-    })();
+    const { sends, stop } = sendSteadily(sender, { prefix: 'f', everyMs: SEND_EVERY_MS });
     try {
       await sleep(1000);
       await DEMOTE[engine](oldWriter);
       proxy.retarget(newWriter.port);
       flippedAt = Date.now();
       await sleep(RESUME_MS + 2000);
-      sending = false;
-      await producer;
+      await stop();
       await sleep(1000);
       controller.abort();
       await settleWithin(loop, 10_000);
@@ -114,8 +100,7 @@ describe.each(['postgres', 'mariadb'])('%s: the writer moves while the old one s
         deliveredAfterFlip: delivered.some((d) => afterFlip.some((s) => s.ok && s.key === d.key)),
       }).toEqual({ resumed: true, lost: [], rejectedAs: [], consumerErrors: [], deliveredAfterFlip: true });
     } finally {
-      sending = false;
-      await producer;
+      await stop();
       await Promise.all([settleWithin(sender.close(), 5000), settleWithin(consumer.close(), 5000)]);
     }
   }, 90_000);

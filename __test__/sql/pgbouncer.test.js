@@ -1,10 +1,11 @@
 'use strict';
 
 // SqlTransport on PostgreSQL through a real PgBouncer the tests start, in transaction mode
-// (the DSN says `pgbouncer=true`) and in session mode: sends, a delayed send, get, ack,
-// reject, list, find and getMessageCount; many clients at once; idle consumers woken through
-// `listenDsn` (transaction mode) or through PgBouncer itself (session mode), or polling with
-// the logger told why; and the hint a transaction-mode DSN gets when it does not say so.
+// (the DSN says `pgbouncer=true`, or is upstream's unchanged DSN and the pooler is found on
+// connecting) and in session mode: sends, a delayed send, get, ack, reject, list, find and
+// getMessageCount; many clients at once; idle consumers woken through `listenDsn`
+// (transaction mode) or through PgBouncer itself (session mode), or polling with the logger
+// told why; and the hint a DSN that says `pgbouncer=false` gets in transaction mode.
 //
 // PgBouncer runs with its settings as the installed version ships them but for the pool mode;
 // where the version has protocol-level prepared statements (1.21 and later), once more with
@@ -62,6 +63,8 @@ function transportThrough(bouncer, variant, options, app = undefined) {
 const VARIANTS = [
   { name: 'transaction mode (pgbouncer=true), LISTEN through listenDsn', poolMode: 'transaction', query: 'pgbouncer=true', listen: true, push: true },
   { name: 'transaction mode (pgbouncer=true), polling', poolMode: 'transaction', query: 'pgbouncer=true', listen: false, push: false },
+  { name: 'transaction mode, upstream\'s DSN (found on connecting), LISTEN through listenDsn', poolMode: 'transaction', query: '', listen: true, push: true },
+  { name: 'transaction mode, upstream\'s DSN (found on connecting), polling', poolMode: 'transaction', query: '', listen: false, push: false },
   { name: 'session mode, LISTEN through PgBouncer', poolMode: 'session', query: '', listen: false, push: true },
   { name: 'session mode, LISTEN through listenDsn', poolMode: 'session', query: '', listen: true, push: true },
 ];
@@ -159,7 +162,7 @@ describe.each(shippedAndWithout())('PgBouncer %s', (_, settings) => {
   });
 });
 
-describe('a transaction-mode PgBouncer the DSN does not name', () => {
+describe('a transaction-mode PgBouncer the DSN says is not one (pgbouncer=false)', () => {
   let bouncer;
 
   beforeAll(async () => {
@@ -172,16 +175,33 @@ describe('a transaction-mode PgBouncer the DSN does not name', () => {
     await bouncer?.stop();
   });
 
-  it('fails with the prepared-statement error saying to add pgbouncer=true', async () => {
+  it('fails with the prepared-statement error saying to say pgbouncer=true', async () => {
+    const queueName = queue();
+    const first = track(new SqlTransport({ dsn: bouncer.dsn('pgbouncer=false'), tableName: TABLE, queueName, serializer: serializer() }));
+    const other = track(
+      new SqlTransport({
+        dsn: bouncer.dsn(`pgbouncer=false&application_name=${uniqueName('nmn_other')}`),
+        tableName: TABLE,
+        queueName,
+        serializer: serializer(),
+      }),
+    );
+    await first.send(envelopeOf('first'));
+    const outcome = await settleWithin(other.send(envelopeOf('other')), 10000);
+    expect(outcome.error?.message).toMatch(/prepared statement/);
+    expect(outcome.error?.message).toContain('say pgbouncer=true');
+  });
+
+  it('with upstream\'s DSN on the same pooler, both clients send and receive', async () => {
     const queueName = queue();
     const first = track(new SqlTransport({ dsn: bouncer.dsn(), tableName: TABLE, queueName, serializer: serializer() }));
     const other = track(
       new SqlTransport({ dsn: bouncer.dsn(`application_name=${uniqueName('nmn_other')}`), tableName: TABLE, queueName, serializer: serializer() }),
     );
     await first.send(envelopeOf('first'));
-    const outcome = await settleWithin(other.send(envelopeOf('other')), 10000);
-    expect(outcome.error?.message).toMatch(/prepared statement/);
-    expect(outcome.error?.message).toContain('add pgbouncer=true');
+    await other.send(envelopeOf('other'));
+    const got = await receiveUpTo(first, 2, 5000);
+    expect(got.map((e) => e.message.id).sort()).toEqual(['first', 'other']);
   });
 });
 

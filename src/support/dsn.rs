@@ -63,7 +63,13 @@ pub fn parse_sql_dsn(dsn: &str) -> Result<SqlDsn> {
             )))
         }
     };
-    if dialect != Dialect::Sqlite && url::Url::parse(dsn).is_err() {
+    // A PostgreSQL DSN may list several hosts (`a:5432,b:5433`), which a URL cannot hold:
+    // checked with its first.
+    let checked = match dialect {
+        Dialect::Postgres => first_host_only(dsn),
+        _ => std::borrow::Cow::Borrowed(dsn),
+    };
+    if dialect != Dialect::Sqlite && url::Url::parse(&checked).is_err() {
         return Err(Error::connection(format!(
             "Invalid SQL DSN: \"{redacted}\"."
         )));
@@ -82,6 +88,23 @@ pub fn parse_sql_dsn(dsn: &str) -> Result<SqlDsn> {
         secrets,
         listen: None,
     })
+}
+
+/// `dsn` with only the first host of a host list (`postgres://u@a:1,b:2/db` → `…@a:1/db`).
+fn first_host_only(dsn: &str) -> std::borrow::Cow<'_, str> {
+    let Some(after_scheme) = dsn.find("://").map(|i| i + 3) else {
+        return dsn.into();
+    };
+    let rest = &dsn[after_scheme..];
+    let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
+    let hosts_from = authority.rfind('@').map_or(0, |at| at + 1);
+    match authority[hosts_from..].find(',') {
+        Some(comma) => {
+            let cut = after_scheme + hosts_from + comma;
+            format!("{}{}", &dsn[..cut], &dsn[after_scheme + authority.len()..]).into()
+        }
+        None => dsn.into(),
+    }
 }
 
 impl SqlDsn {
@@ -377,6 +400,19 @@ mod tests {
         // A port's colon after the user is not a password.
         let plain = parse_sql_dsn("mysql://root@127.0.0.1:3306/test?x=a@b").unwrap();
         assert_eq!(plain.redacted, "mysql://root@127.0.0.1:3306/test?x=a@b");
+    }
+
+    #[test]
+    fn a_postgres_dsn_may_list_hosts() {
+        let dsn = parse_sql_dsn("postgres://u:pw@a:5432,b:5433/db?target_session_attrs=read-write")
+            .expect("a host list is a valid PostgreSQL DSN");
+        assert_eq!(dsn.secrets, ["pw"]);
+        assert!(!dsn.redacted.contains("pw"), "{}", dsn.redacted);
+        assert_eq!(
+            first_host_only("postgres://u@a:1,b:2/db?x=1"),
+            "postgres://u@a:1/db?x=1"
+        );
+        assert!(parse_sql_dsn("mysql://u@a:1,b:2/db").is_err());
     }
 
     #[test]

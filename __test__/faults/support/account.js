@@ -52,6 +52,34 @@ function consumeAndAck(consumer) {
   return { delivered, errors, controller, loop };
 }
 
+/**
+ * Sends `prefix:n` fault envelopes on `transport` one after another, `everyMs` apart, until
+ * `stop()` (which resolves once the last send has settled): `sends` holds each one's key,
+ * start time and fate (`ok`, else the error's `outcome` and `message`).
+ */
+function sendSteadily(transport, { prefix, everyMs }) {
+  const sends = [];
+  let sending = true;
+  const loop = (async () => {
+    for (let n = 0; sending; n += 1) {
+      const at = Date.now();
+      const outcome = await transport.send(faultEnvelope(`${prefix}:${n}`, n)).then(
+        () => ({ ok: true }),
+        (error) => ({ ok: false, outcome: error.outcome, message: error.message }),
+      );
+      sends.push({ key: `${prefix}:${n}`, at, ...outcome });
+      await sleep(everyMs);
+    }
+  })();
+  return {
+    sends,
+    stop() {
+      sending = false;
+      return loop;
+    },
+  };
+}
+
 function classOf(error) {
   return error?.constructor?.name ?? typeof error;
 }
@@ -473,4 +501,4 @@ function summary(label, a) {
   return `[${label}] ${parts.join(', ')}`;
 }
 
-module.exports = { LoadRun, violations, summary, settleWithin, sleep, classOf, consumeAndAck };
+module.exports = { LoadRun, violations, summary, settleWithin, sleep, classOf, consumeAndAck, sendSteadily };

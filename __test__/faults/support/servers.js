@@ -109,26 +109,35 @@ const PG_BIN = process.env.FAULTS_PG_BIN ?? '/usr/lib/postgresql/15/bin';
  * A fresh PostgreSQL cluster with trust authentication on a free loopback port.
  * `dsn` is the superuser on database `postgres` (plaintext: `ssl` adds TLS, it does not
  * require it).
- * @param {{ ssl?: { cert: string, key: string } }} [options] `ssl`: serve TLS (`ssl = on`) with
- *   this certificate and key
+ * @param {{
+ *   ssl?: { cert: string, key: string },
+ *   settings?: Record<string, string | number | boolean>,
+ *   initData?: (data: string) => unknown,
+ *   prefix?: string,
+ * }} [options] `ssl`: serve TLS (`ssl = on`) with this certificate and key; `settings`: extra
+ *   server settings, each passed as `-c name=value` at every start; `initData`: fills the
+ *   (not yet existing) data directory instead of initdb, as the `postgres` OS user (e.g.
+ *   pg_basebackup of another cluster; it may return a promise); `prefix`: of the temporary
+ *   directory's name
  */
-async function startPostgres({ ssl } = {}) {
+async function startPostgres({ ssl, settings = {}, initData, prefix = 'nmn-fault-pg-' } = {}) {
   const how = 'Install the PostgreSQL 15 server (apt-get install postgresql-15) or set FAULTS_PG_BIN.';
   requireBinary(path.join(PG_BIN, 'initdb'), how);
   requireBinary(path.join(PG_BIN, 'pg_ctl'), how);
-  const dir = tempDir('nmn-fault-pg-', 'postgres');
+  const settingOptions = Object.entries(settings)
+    .map(([name, value]) => {
+      // pg_ctl hands `-o` to a shell: single-quote the value, refuse what cannot be quoted so.
+      if (!/^[a-z_][a-z0-9_.]*$/i.test(name)) throw new Error(`bad PostgreSQL setting name ${JSON.stringify(name)}`);
+      const text = typeof value === 'boolean' ? (value ? 'on' : 'off') : String(value);
+      if (/['\\\n]/.test(text)) throw new Error(`PostgreSQL setting ${name}: unsupported value ${JSON.stringify(text)}`);
+      return ` -c ${name}='${text}'`;
+    })
+    .join('');
+  const dir = tempDir(prefix, 'postgres');
   const data = path.join(dir, 'data');
   const log = path.join(dir, 'server.log');
   const pgCtl = (args, options) => runAs('postgres', path.join(PG_BIN, 'pg_ctl'), ['-D', data, ...args], options);
   const pgCtlAsync = (args, options) => runAsAsync('postgres', path.join(PG_BIN, 'pg_ctl'), ['-D', data, ...args], options);
-  runAs('postgres', path.join(PG_BIN, 'initdb'), [
-    '-D', data, '-U', 'postgres', '--auth=trust', '--no-sync', '--no-instructions', '-E', 'UTF8', '--locale=C',
-  ]);
-  let tlsOptions = '';
-  if (ssl !== undefined) {
-    const files = installTlsFiles(dir, 'postgres', ssl);
-    tlsOptions = ` -c ssl=on -c ssl_cert_file=${files.cert} -c ssl_key_file=${files.key}`;
-  }
   let port;
   let running = false;
   const hook = () => {
@@ -142,11 +151,29 @@ async function startPostgres({ ssl } = {}) {
     fs.rmSync(dir, { recursive: true, force: true });
   };
   exitHooks.add(hook);
+  let tlsOptions = '';
+  try {
+    if (initData !== undefined) {
+      await initData(data);
+    } else {
+      runAs('postgres', path.join(PG_BIN, 'initdb'), [
+        '-D', data, '-U', 'postgres', '--auth=trust', '--no-sync', '--no-instructions', '-E', 'UTF8', '--locale=C',
+      ]);
+    }
+    if (ssl !== undefined) {
+      const files = installTlsFiles(dir, 'postgres', ssl);
+      tlsOptions = ` -c ssl=on -c ssl_cert_file=${files.cert} -c ssl_key_file=${files.key}`;
+    }
+  } catch (error) {
+    hook();
+    exitHooks.delete(hook);
+    throw error;
+  }
 
   const start = async () => {
     await pgCtlAsync([
       '-l', log, '-w', '-t', '30',
-      '-o', `-c listen_addresses=127.0.0.1 -p ${port} -k ${dir} -c fsync=off -c max_connections=200${tlsOptions}`,
+      '-o', `-c listen_addresses=127.0.0.1 -p ${port} -k ${dir} -c fsync=off -c max_connections=200${tlsOptions}${settingOptions}`,
       'start',
     ]);
     running = true;
@@ -183,6 +210,9 @@ async function startPostgres({ ssl } = {}) {
     port,
     dsn,
     dir,
+    data,
+    /** Runs `pg_ctl -D <data> …args` as the `postgres` OS user, without blocking. */
+    pgCtl: pgCtlAsync,
     get log() {
       return fs.existsSync(log) ? fs.readFileSync(log, 'utf8') : '';
     },
@@ -489,4 +519,17 @@ function privateServer(engine) {
   return () => server;
 }
 
-module.exports = { startPostgres, startMariadb, startRedis, startServer, privateServer, waitForPort, freePort };
+module.exports = {
+  startPostgres,
+  startMariadb,
+  startRedis,
+  startServer,
+  privateServer,
+  waitForPort,
+  freePort,
+  // for the harnesses built on these servers (pg-standby.js)
+  PG_BIN,
+  runAsAsync,
+  requireBinary,
+  sleep,
+};

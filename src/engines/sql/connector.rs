@@ -66,7 +66,7 @@ pub struct TableStatements {
 pub struct OpenedTarget<C: Connector> {
     pub pool: Pool<C::Db>,
     /// When the pool's connections last met a server that takes no writes.
-    pub writer: Arc<super::writer_epoch::WriterEpoch>,
+    pub epoch: Arc<super::connection_epoch::ConnectionEpoch>,
     pub probe: Option<DialectConnectOptions<C>>,
     pub extra: C::Extra,
 }
@@ -123,6 +123,14 @@ pub trait Connector: Sized + Send + Sync + 'static {
         Box::pin(async { Ok(()) })
     }
 
+    /// Runs before first contact, every time it is asked for (a dialect does its part once).
+    fn before_first_contact(_extra: &Self::Extra) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+
+    /// Hears that a connection failed (lost, refused, unanswered).
+    fn connection_failed(_extra: &Self::Extra) {}
+
     /// Whether the target's DSN goes through a transaction pooler: its statements with binds
     /// then each run in a transaction of their own (see `super::driver::rows_on`).
     fn transaction_pooled(_extra: &Self::Extra) -> bool {
@@ -163,9 +171,11 @@ pub trait Connector: Sized + Send + Sync + 'static {
     /// A server error in the shared kinds, by the dialect's own codes.
     fn classify_database(err: &dyn DatabaseError) -> Failure;
 
-    /// The server refused a write because it takes none (a writer turned read-only, a
-    /// standby): the connection is no longer to the DSN's writer.
-    fn refuses_writes(_err: &dyn DatabaseError) -> bool {
+    /// Whether a server error makes every connection opened before it unfit: the server takes
+    /// no writes (a writer turned read-only, a standby: the connection is no longer to the
+    /// DSN's writer), or the connections were made for a server that is not the one in front
+    /// (a pooler found out late). The statement did not run: it is repeated on a new one.
+    fn unfits_connections(_extra: &Self::Extra, _err: &dyn DatabaseError) -> bool {
         false
     }
 

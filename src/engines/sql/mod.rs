@@ -19,6 +19,7 @@
 //! A dialect folder implements both traits and may import any of these but `table_queue`.
 
 mod claim_doubt;
+mod connection_epoch;
 mod connector;
 mod dialect;
 mod driver;
@@ -32,7 +33,6 @@ mod retry;
 mod table_poller;
 mod table_queue;
 mod target;
-mod writer_epoch;
 
 pub mod mysql;
 pub mod outbox;

@@ -9,12 +9,12 @@
 //! registry it joins is the caller's.
 
 use super::claim_doubt::{InDoubt, RecentClaims};
+pub use super::connection_epoch::ConnectionEpoch;
 use super::connector::{Connector, DialectConnectOptions, OpenedTarget};
 use super::driver::{DueRow, Runner, SqlResult};
 use super::errors::{driver_error, no_answer, outcome_unknown, statement_outcome, Failure};
 use super::kept_connection::KeptConnection;
 use super::table_poller::{PollTarget, TablePollers};
-pub use super::writer_epoch::WriterEpoch;
 use crate::queue::by_queue::ByQueue;
 use crate::queue::engine::StoredMessage;
 use crate::queue::hand_off::HandOffDesk;
@@ -61,8 +61,8 @@ pub struct SqlTarget<D: Connector> {
     registry: &'static Targets<SqlTarget<D>>,
     key: String,
     pub pool: Pool<D::Db>,
-    /// When the pool's connections last met a server that takes no writes.
-    pub writer: Arc<WriterEpoch>,
+    /// When the pool's connections last became unfit (see [`ConnectionEpoch`]).
+    pub epoch: Arc<ConnectionEpoch>,
     probe: Option<DialectConnectOptions<D>>,
     pub connect_timeout: Duration,
     /// The most connections this process opens to the DSN (`maxConnections`).
@@ -114,7 +114,7 @@ impl<D: Connector> SqlTarget<D> {
             let board = Arc::new(WakeBoard::default());
             let OpenedTarget {
                 pool,
-                writer,
+                epoch,
                 probe,
                 extra,
             } = D::open_target(dsn, connect_timeout, &board, budget)?;
@@ -122,7 +122,7 @@ impl<D: Connector> SqlTarget<D> {
                 registry,
                 key,
                 pool,
-                writer,
+                epoch,
                 probe,
                 connect_timeout,
                 max_connections: budget,
@@ -172,6 +172,7 @@ impl<D: Connector> SqlTarget<D> {
     /// directly too (bounded by the connect timeout) so that an unreachable server fails soon
     /// with its real cause (the pool retries a refused port silently until its timeout).
     pub async fn ensure_reachable(&self, op: &str) -> Result<()> {
+        D::before_first_contact(&self.extra).await;
         let Some(probe) = &self.probe else {
             return Ok(());
         };
@@ -253,13 +254,14 @@ impl<D: Connector> SqlTarget<D> {
         }
     }
 
-    /// Classifies a driver error as the dialect does, and notes a server that takes no writes
-    /// (the pool then hands out none of the connections opened before: a statement repeated
-    /// after it connects anew). Handed to the retry policy as its classifier.
+    /// Classifies a driver error as the dialect does, and notes an error that makes the
+    /// connections opened before unfit (the pool then hands out none of them: a statement
+    /// repeated after it connects anew). Handed to the retry policy as its classifier.
     pub fn classify(&self, err: &sqlx::Error) -> Failure {
         if let sqlx::Error::Database(db) = err {
-            if D::refuses_writes(db.as_ref()) {
-                self.writer.mark();
+            if D::unfits_connections(&self.extra, db.as_ref()) {
+                self.epoch.mark();
+                return Failure::Connection;
             }
         }
         D::classify(err)
@@ -268,6 +270,7 @@ impl<D: Connector> SqlTarget<D> {
     /// Notes a failure: after a connection failure, pooled connections are suspect.
     pub fn note(&self, err: &sqlx::Error) {
         if D::classify(err) == Failure::Connection {
+            D::connection_failed(&self.extra);
             *self
                 .connection_failed_at
                 .lock()
@@ -389,7 +392,7 @@ pub fn pool_share(max_connections: u32, own: u32, own_is: &str) -> Result<u32> {
 pub fn server_pool_options<DB: Database>(
     connect_timeout: Duration,
     max_connections: u32,
-    writer: Arc<WriterEpoch>,
+    epoch: Arc<ConnectionEpoch>,
 ) -> PoolOptions<DB> {
     PoolOptions::new()
         .max_connections(max_connections)
@@ -399,10 +402,10 @@ pub fn server_pool_options<DB: Database>(
         .test_before_acquire(false)
         .before_acquire(
             move |conn: &mut DB::Connection, meta: PoolConnectionMetadata| {
-                // Opened before a connection met a server that takes no writes: it may be to
-                // the old writer still. Closed, and the pool connects anew, where the DSN's
-                // name points now.
-                let stale = writer.predates(meta.age);
+                // Opened before a connection met a server that takes no writes (it may be to
+                // the old writer still) or a pooler it was not ready for: closed, and the pool
+                // connects anew, where the DSN's name points now.
+                let stale = epoch.predates(meta.age);
                 Box::pin(async move {
                     if stale {
                         return Ok(false);

@@ -24,7 +24,7 @@ use crate::engines::sql::ids::{held_condition, id_list, HeldRow};
 use crate::engines::sql::queue_context::QueueContext;
 use crate::engines::sql::retry::with_rollback_retry;
 use crate::engines::sql::target::{
-    invalid_dsn, pool_share, server_pool_options, with_session_setup, SqlTarget, WriterEpoch,
+    invalid_dsn, pool_share, server_pool_options, with_session_setup, ConnectionEpoch, SqlTarget,
     MAX_POOL_CONNECTIONS,
 };
 use crate::queue::engine::{Held, NewMessage, StoredMessage};
@@ -94,15 +94,15 @@ impl Connector for MySql {
         // other sessions) until commit, stalling claims and deadlocking sends. Under READ
         // COMMITTED rows that do not match are not locked. (The time zone is left alone: see
         // the module doc.)
-        let writer = Arc::new(WriterEpoch::default());
+        let epoch = Arc::new(ConnectionEpoch::default());
         let pool = with_session_setup(
-            server_pool_options(connect_timeout, pool_max, writer.clone()),
+            server_pool_options(connect_timeout, pool_max, epoch.clone()),
             Some("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"),
         )
         .connect_lazy_with(options.clone());
         Ok(OpenedTarget {
             pool,
-            writer,
+            epoch,
             probe: Some(options),
             extra: MySqlExtra {
                 max_packet: AtomicU64::new(16 * 1024 * 1024),
@@ -169,7 +169,7 @@ impl Connector for MySql {
         errors::classify_database(err)
     }
 
-    fn refuses_writes(err: &dyn DatabaseError) -> bool {
+    fn unfits_connections(_extra: &Self::Extra, err: &dyn DatabaseError) -> bool {
         errors::refuses_writes(err)
     }
 

@@ -35,15 +35,13 @@ pub fn cause(db: &dyn DatabaseError) -> Cause {
 
 /// The server's message with its SQLSTATE. A prepared statement found missing (26000) or
 /// already there (42P05) is what the driver's named statements meet through a transaction
-/// pooler not told of: the message says what to add.
+/// pooler the DSN says is not one (`pgbouncer=false`): the message says what to change.
 pub fn describe(db: &dyn DatabaseError) -> String {
     match db.code().as_deref() {
-        Some(code @ ("26000" | "42P05")) if db.message().contains("prepared statement") => {
-            format!(
-                "{} (SQLSTATE {code}). A pooler in transaction mode (PgBouncer's pool_mode = transaction) does not keep prepared statements: if this DSN goes through one, add pgbouncer=true to it.",
-                db.message()
-            )
-        }
+        Some(code) if super::pooler::is_prepared_statement_error(db) => format!(
+            "{} (SQLSTATE {code}). A pooler in transaction mode (PgBouncer's pool_mode = transaction) does not keep prepared statements: if this DSN goes through one, say pgbouncer=true in it.",
+            db.message()
+        ),
         Some(code) => format!("{} (SQLSTATE {code})", db.message()),
         None => db.message().to_owned(),
     }

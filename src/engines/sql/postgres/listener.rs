@@ -32,6 +32,9 @@ pub struct PgNotifyListener {
     /// Channels LISTENed on the live connection (empty while down).
     live: Mutex<BTreeSet<String>>,
     wanted_changed: Notify,
+    /// Asks for the connection to be made anew (the server it is on takes no writes: its
+    /// NOTIFYs come from elsewhere now).
+    renew: Notify,
     stop: CancellationToken,
     started: OnceLock<()>,
     /// The counters of the queues on this connection, told when it is lost and back.
@@ -47,6 +50,7 @@ impl PgNotifyListener {
             wanted: Mutex::default(),
             live: Mutex::default(),
             wanted_changed: Notify::new(),
+            renew: Notify::new(),
             stop: CancellationToken::new(),
             started: OnceLock::new(),
             watchers: Mutex::default(),
@@ -80,6 +84,12 @@ impl PgNotifyListener {
             self.wanted_changed.notify_one();
         }
         lock(&self.live).contains(channel)
+    }
+
+    /// Has the listening connection made anew, where the DSN points now: the server it is on
+    /// no longer takes writes, so no NOTIFY of a send comes from it.
+    pub fn renew(&self) {
+        self.renew.notify_one();
     }
 
     /// Ends the listening task without waiting (its connection goes with the task).
@@ -132,11 +142,21 @@ impl PgNotifyListener {
                     _ = self.wanted_changed.notified() => {
                         if lock(&self.wanted).len() != lock(&self.live).len() { break; }
                     }
+                    _ = self.renew.notified() => {
+                        lost |= self.set_down();
+                        break;
+                    }
                     // The check repeats the LISTENs rather than `SELECT 1`, so the
-                    // connection keeps showing upstream's `LISTEN <table>` to operators.
+                    // connection keeps showing upstream's `LISTEN <table>` to operators; a
+                    // server that has stopped taking writes (demoted by a failover) sends
+                    // no NOTIFY of a send any more, and is left for where the DSN points now.
                     _ = tokio::time::sleep(LIVENESS_PERIOD) => {
-                        let check = relisten(&mut listener, &listens);
-                        if !matches!(tokio::time::timeout(LIVENESS_BOUND, check).await, Ok(Ok(()))) {
+                        let check = async {
+                            let writable = takes_writes(&mut listener).await?;
+                            relisten(&mut listener, &listens).await?;
+                            Ok::<_, sqlx::Error>(writable)
+                        };
+                        if !matches!(tokio::time::timeout(LIVENESS_BOUND, check).await, Ok(Ok(true))) {
                             lost |= self.set_down();
                             break;
                         }
@@ -191,6 +211,13 @@ async fn connect(
     let listens: Vec<String> = written.iter().map(|w| statements::listen(w)).collect();
     relisten(&mut listener, &listens).await?;
     Ok((listener, listens))
+}
+
+/// Whether the listening connection's server takes writes (a simple query: it prepares
+/// nothing).
+async fn takes_writes(listener: &mut PgListener) -> Result<bool, sqlx::Error> {
+    let row = listener.fetch_one("SHOW transaction_read_only").await?;
+    Ok(sqlx::Row::try_get::<String, _>(&row, 0)? == "off")
 }
 
 /// Runs the LISTEN statements, one simple query each, so the connection's last statement

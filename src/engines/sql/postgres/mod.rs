@@ -1,11 +1,12 @@
 //! PostgreSQL: the upstream table, batch claims with `FOR UPDATE SKIP LOCKED` in one
 //! statement (in a transaction that knows its rows before it commits), sends as one `unnest` INSERT with NOTIFY (channel = table, payload = queue) in
 //! the same statement, and one LISTEN connection per process and DSN for push wake-ups (to
-//! `listenDsn` when one is given). A DSN through PgBouncer in transaction mode says so
-//! (`pgbouncer=true`): see `pooler`.
+//! `listenDsn` when one is given). A DSN through PgBouncer in transaction mode is found out,
+//! or says so (`pgbouncer=true`): see `pooler`.
 
 mod claimed_insert;
 mod errors;
+mod hosts;
 mod listener;
 mod pooler;
 mod session_defaults;
@@ -21,8 +22,7 @@ use crate::engines::sql::ids::{claimed_rows, HeldRow};
 use crate::engines::sql::queue_context::QueueContext;
 use crate::engines::sql::retry::with_rollback_retry;
 use crate::engines::sql::target::{
-    invalid_dsn, pool_share, server_pool_options, with_session_setup, SqlTarget, WriterEpoch,
-    MAX_POOL_CONNECTIONS,
+    invalid_dsn, pool_share, server_pool_options, ConnectionEpoch, SqlTarget, MAX_POOL_CONNECTIONS,
 };
 use crate::queue::engine::{Held, NewMessage, StoredMessage};
 use crate::queue::wake::WakeBoard;
@@ -42,17 +42,35 @@ use std::time::Duration;
 pub struct Postgres;
 
 /// PostgreSQL's per-DSN state: the LISTEN connection shared by the DSN's queues (none through
-/// a transaction pooler without `listenDsn`).
+/// a transaction pooler without `listenDsn`), and what is known of a pooler in between.
 pub struct PgExtra {
     listener: Option<Arc<PgNotifyListener>>,
-    transaction_pooled: bool,
-    polling: pooler::PollingNotice,
+    /// Whether the LISTEN connection goes through the DSN itself (no `listenDsn`): it is not
+    /// used once a transaction pooler is found there.
+    listens_through_dsn: bool,
+    pooler: Arc<pooler::Pooler>,
+    /// The DSN's hosts, and which of them the pool connects to.
+    hosts: Arc<hosts::Hosts>,
+}
+
+impl PgExtra {
+    /// The LISTEN connection, unless it would go through a transaction pooler (it would
+    /// listen on a server connection lent to others a moment later).
+    fn usable_listener(&self) -> Option<&Arc<PgNotifyListener>> {
+        let listener = self.listener.as_ref()?;
+        if self.listens_through_dsn && self.pooler.transaction_pooled() {
+            listener.cancel();
+            return None;
+        }
+        Some(listener)
+    }
 }
 
 impl Drop for PgExtra {
     // The DSN's queues are gone, closed or not: the LISTEN task (which holds the listener
-    // itself) ends with them, and its connection is let go.
+    // itself) ends with them, and its connection is let go; the hosts let go of the pool.
     fn drop(&mut self) {
+        self.hosts.release();
         if let Some(listener) = &self.listener {
             listener.cancel();
         }
@@ -93,52 +111,88 @@ impl Connector for Postgres {
         board: &Arc<WakeBoard>,
         max_connections: u32,
     ) -> Result<OpenedTarget<Self>> {
-        let transaction_pooled =
-            pooler::transaction_pooled(&dsn.driver_url).map_err(|e| invalid_dsn(dsn, e))?;
+        let said_pooled = pooler::said_pooled(&dsn.driver_url).map_err(|e| invalid_dsn(dsn, e))?;
+        let said_transaction_pooled = said_pooled == Some(true);
         // The LISTEN connection counts when it goes to this DSN's server (not to `listenDsn`).
-        let listens_here = dsn.listen.is_none() && !transaction_pooled;
+        let listens_through_dsn = dsn.listen.is_none();
+        let listens_here = listens_through_dsn && !said_transaction_pooled;
         let pool_max = pool_share(
             max_connections,
             u32::from(listens_here),
             ", and the LISTEN connection is one more",
         )?;
-        let options = connect_options(dsn)?;
-        // Through a transaction pooler a session setting would stay on a server connection
-        // that other clients (other applications) are lent next.
-        let session_setup = (!transaction_pooled).then_some(session_defaults::SESSION_SETUP);
-        let writer = Arc::new(WriterEpoch::default());
-        let pool = with_session_setup(
-            server_pool_options(connect_timeout, pool_max, writer.clone()),
-            session_setup,
-        )
-        .connect_lazy_with(options.clone());
+        let hosts = Arc::new(host_options(dsn, connect_timeout)?);
+        let options = hosts.first().clone();
+        let pooler = Arc::new(pooler::Pooler::new(
+            said_pooled,
+            options.clone(),
+            connect_timeout,
+        ));
+        let epoch = Arc::new(ConnectionEpoch::default());
+        let (checked_hosts, on_connect) = (hosts.clone(), pooler.clone());
+        let pool = server_pool_options(connect_timeout, pool_max, epoch.clone())
+            .after_connect(move |conn, _meta| {
+                let (hosts, pooler) = (checked_hosts.clone(), on_connect.clone());
+                Box::pin(async move {
+                    hosts.check(conn).await?;
+                    pooler.on_connect(conn).await
+                })
+            })
+            .connect_lazy_with(options.clone());
+        hosts.steer(&pool);
         let listen_options = match &dsn.listen {
             Some(listen) => Some(connect_options(listen)?),
-            None => (!transaction_pooled).then(|| options.clone()),
+            None => (!said_transaction_pooled).then(|| options.clone()),
         };
         let listener = listen_options.map(|listen_options| {
+            // A connection opened before the DSN's server turned out to take no writes is
+            // not listened on again: the NOTIFYs come from the server that does.
+            let listener_epoch = epoch.clone();
+            let listener_hosts = listens_through_dsn.then(|| hosts.clone());
             let listener_pool = PgPoolOptions::new()
                 .max_connections(1)
                 .test_before_acquire(false)
+                .before_acquire(move |_, meta| {
+                    let fresh = !listener_epoch.predates(meta.age);
+                    Box::pin(async move { Ok(fresh) })
+                })
+                // Through the DSN, it listens where a send may be written: on a server that
+                // fits `target_session_attrs` among its hosts.
+                .after_connect(move |conn, _meta| {
+                    let hosts = listener_hosts.clone();
+                    Box::pin(async move {
+                        match hosts {
+                            Some(hosts) => hosts.check(conn).await,
+                            None => Ok(()),
+                        }
+                    })
+                })
                 .acquire_timeout(connect_timeout)
                 .idle_timeout(None)
                 .connect_lazy_with(listen_options);
+            if listens_through_dsn {
+                hosts.steer(&listener_pool);
+            }
             PgNotifyListener::new(listener_pool, board.clone())
         });
+        // With several hosts, the first to connect to is found before first contact
+        // (`before_first_contact`); a probe of the first host could fail for nothing.
+        let probe = (!hosts.several()).then_some(options);
         Ok(OpenedTarget {
             pool,
-            writer,
-            probe: Some(options),
+            epoch,
+            probe,
             extra: PgExtra {
                 listener,
-                transaction_pooled,
-                polling: pooler::PollingNotice::default(),
+                listens_through_dsn,
+                pooler,
+                hosts,
             },
         })
     }
 
     fn transaction_pooled(extra: &PgExtra) -> bool {
-        extra.transaction_pooled
+        extra.pooler.transaction_pooled()
     }
 
     fn close_target(extra: &PgExtra) -> BoxFuture<'_, ()> {
@@ -161,8 +215,28 @@ impl Connector for Postgres {
         errors::classify_database(err)
     }
 
-    fn refuses_writes(err: &dyn DatabaseError) -> bool {
-        errors::refuses_writes(err)
+    /// A server that refuses writes also moves the pool on to the DSN's next host.
+    fn unfits_connections(extra: &PgExtra, err: &dyn DatabaseError) -> bool {
+        if errors::refuses_writes(err) {
+            extra.hosts.look_again();
+            if let Some(listener) = extra
+                .listener
+                .as_ref()
+                .filter(|_| extra.listens_through_dsn)
+            {
+                listener.renew();
+            }
+            return true;
+        }
+        extra.pooler.hears(err)
+    }
+
+    fn connection_failed(extra: &PgExtra) {
+        extra.hosts.look_again();
+    }
+
+    fn before_first_contact(extra: &PgExtra) -> BoxFuture<'_, ()> {
+        Box::pin(extra.hosts.settle())
     }
 
     fn describe(err: &dyn DatabaseError) -> String {
@@ -192,21 +266,26 @@ impl SqlDialect for Postgres {
         Ok(())
     }
 
+    /// Watched by the pooler too: a transaction pooler found on connecting ends the LISTEN
+    /// through the DSN, and the queue is told its consumers poll.
     fn watch(queue: &QueueContext<Self>, counters: &Arc<crate::queue::stats::Counters>) {
         if queue.config.use_notify {
-            match &queue.target.extra.listener {
-                Some(listener) => listener.watch(counters),
-                None => queue.target.extra.polling.watch(counters),
+            let extra = &queue.target.extra;
+            if let Some(listener) = &extra.listener {
+                listener.watch(counters);
+            }
+            if extra.listens_through_dsn {
+                extra.pooler.watch(counters);
             }
         }
     }
 
     fn push_ready(queue: &QueueContext<Self>) -> bool {
         let extra = &queue.target.extra;
-        match &extra.listener {
+        match extra.usable_listener() {
             Some(listener) => listener.is_listening(&queue.config.table),
             None => {
-                extra.polling.tell();
+                extra.pooler.tell_polling();
                 false
             }
         }
@@ -374,7 +453,18 @@ impl SqlDialect for Postgres {
 
 /// Whether `queue`'s statements with binds each need a transaction of their own.
 fn pooled(queue: &QueueContext<Postgres>) -> bool {
-    queue.target.extra.transaction_pooled
+    queue.target.extra.pooler.transaction_pooled()
+}
+
+/// The driver's options for each of `dsn`'s hosts, and which servers may serve.
+fn host_options(dsn: &SqlDsn, connect_timeout: Duration) -> Result<hosts::Hosts> {
+    let split = hosts::host_urls(&dsn.driver_url).map_err(|e| invalid_dsn(dsn, e))?;
+    let options = split
+        .urls
+        .iter()
+        .map(|url| connect_options_at(dsn, url))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(hosts::Hosts::new(options, split.attrs, connect_timeout))
 }
 
 /// The driver's options for `dsn`: its TLS mode (see `tls_modes`), plain on loopback when it
@@ -382,7 +472,12 @@ fn pooled(queue: &QueueContext<Postgres>) -> bool {
 /// ("unsupported startup parameter") unless told to ignore it. The parameter only changes how
 /// floats are written as text, and no float is read as text here (binds and rows are binary).
 fn connect_options(dsn: &SqlDsn) -> Result<PgConnectOptions> {
-    let tls = tls_modes::tls_choice(&dsn.driver_url).map_err(|e| invalid_dsn(dsn, e))?;
+    connect_options_at(dsn, &dsn.driver_url)
+}
+
+/// [`connect_options`] of `dsn` at `url` (one of its hosts).
+fn connect_options_at(dsn: &SqlDsn, url: &str) -> Result<PgConnectOptions> {
+    let tls = tls_modes::tls_choice(url).map_err(|e| invalid_dsn(dsn, e))?;
     let options = PgConnectOptions::from_str(&tls.url)
         .map_err(|e| invalid_dsn(dsn, e))?
         .extra_float_digits(None)

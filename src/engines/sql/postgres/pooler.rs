@@ -1,5 +1,6 @@
-//! A DSN that goes through PgBouncer (or another pooler) in transaction mode, said by its
-//! `pgbouncer=true` parameter (Prisma's name for the same thing).
+//! A DSN that goes through PgBouncer (or another pooler) in transaction mode: said by its
+//! `pgbouncer=true` parameter (Prisma's name for the same thing), or found out on the first
+//! connection when the DSN says nothing.
 //!
 //! Such a pooler lends a server connection for one transaction at a time, and a statement
 //! outside a transaction is one. The driver runs a statement with binds in two exchanges, its
@@ -13,25 +14,39 @@
 //! idle consumers poll.
 //!
 //! Session mode needs none of this: a client keeps its server connection for its whole life.
+//!
+//! Found out by the backends that answer (see [`Pooler::detect`]): two sessions of a server
+//! never share a backend, and a session never changes backend; through a transaction pooler,
+//! two client connections are lent the same one, or one is lent another between statements.
+//! Should a pooler escape that, its first prepared-statement error (42P05, 26000) says it: the
+//! statement did not run, and is repeated on a new connection, pooler-safe.
 
+use super::session_defaults::SESSION_SETUP;
 use crate::queue::stats::{Counters, Level};
+use sqlx::error::DatabaseError;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::{ConnectOptions, Connection, Executor, Row};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, Weak};
+use std::time::Duration;
+use tokio::sync::OnceCell;
 
 /// The DSN parameter, as Prisma spells it.
 pub const PARAMETER: &str = "pgbouncer";
 
-/// Whether `driver_url` says it goes through a transaction pooler; an error names a value that
-/// is neither `true` nor `false`.
-pub fn transaction_pooled(driver_url: &str) -> Result<bool, String> {
+/// Whether `driver_url` says it goes through a transaction pooler (`Some(true)`), says it does
+/// not (`Some(false)`: nothing is detected), or is silent; an error names a value that is
+/// neither `true` nor `false`.
+pub fn said_pooled(driver_url: &str) -> Result<Option<bool>, String> {
     let Ok(url) = url::Url::parse(driver_url) else {
-        return Ok(false);
+        return Ok(None);
     };
-    let mut pooled = false;
+    let mut said = None;
     for (key, value) in url.query_pairs() {
         if key != PARAMETER {
             continue;
         }
-        pooled = match value.as_ref() {
+        said = Some(match value.as_ref() {
             "true" => true,
             "false" => false,
             other => {
@@ -39,30 +54,148 @@ pub fn transaction_pooled(driver_url: &str) -> Result<bool, String> {
                     "{PARAMETER} must be true or false, got \"{other}\""
                 ))
             }
-        };
+        });
     }
-    Ok(pooled)
+    Ok(said)
 }
+
+/// What a target knows of the pooler in front of its server.
+pub struct Pooler {
+    /// The DSN's `pgbouncer` parameter, if it has one.
+    said: Option<bool>,
+    /// Found out on a connection (only when the DSN is silent).
+    detected: AtomicBool,
+    /// The detection, run once by the target's first connection.
+    detection: OnceCell<()>,
+    /// Where the detection opens its second connection.
+    options: PgConnectOptions,
+    connect_timeout: Duration,
+    /// Queues told once that their idle consumers poll.
+    polling: PollingNotice,
+}
+
+impl Pooler {
+    pub fn new(said: Option<bool>, options: PgConnectOptions, connect_timeout: Duration) -> Self {
+        Self {
+            said,
+            detected: AtomicBool::new(false),
+            detection: OnceCell::new(),
+            options,
+            connect_timeout,
+            polling: PollingNotice::default(),
+        }
+    }
+
+    /// Whether statements with binds each need a transaction of their own, and nothing may
+    /// rest on session state.
+    pub fn transaction_pooled(&self) -> bool {
+        self.said
+            .unwrap_or_else(|| self.detected.load(Ordering::Relaxed))
+    }
+
+    /// Whether the DSN said so (else it was found out).
+    pub fn said(&self) -> bool {
+        self.said == Some(true)
+    }
+
+    /// Run on each new connection of the target's pool: the first one finds out whether a
+    /// transaction pooler is in between (when the DSN is silent), and every one gets the
+    /// session setup unless one is.
+    pub async fn on_connect(&self, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+        if self.said.is_none() {
+            self.detection.get_or_try_init(|| self.detect(conn)).await?;
+        }
+        if !self.transaction_pooled() {
+            conn.execute(SESSION_SETUP).await?;
+        }
+        Ok(())
+    }
+
+    /// Asks `conn`'s backend, then a second connection's (while `conn` is open), then
+    /// `conn`'s again. On a server the three answers name two backends, the first and last
+    /// the same; through a transaction pooler the second connection is lent the backend
+    /// `conn` just gave back (poolers hand out the last one returned first), or `conn` is
+    /// lent the second's.
+    async fn detect(&self, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+        let first = backend_of(conn).await?;
+        let second = match tokio::time::timeout(self.connect_timeout, self.options.connect()).await
+        {
+            Ok(Ok(mut other)) => {
+                let pid = backend_of(&mut other).await;
+                let _ = other.close().await;
+                pid?
+            }
+            Ok(Err(err)) => return Err(err),
+            Err(_) => return Err(sqlx::Error::PoolTimedOut),
+        };
+        let again = backend_of(conn).await?;
+        if second == first || again != first {
+            self.found();
+        }
+        Ok(())
+    }
+
+    fn found(&self) {
+        self.detected.store(true, Ordering::Relaxed);
+    }
+
+    /// Hears a server error: a prepared statement found missing or already there is what the
+    /// driver's named statements meet through a transaction pooler the detection missed.
+    /// Returns whether it was that (the statement did not run, and the connections opened
+    /// before hold statements that are not theirs).
+    pub fn hears(&self, db: &dyn DatabaseError) -> bool {
+        if self.said.is_some() || !is_prepared_statement_error(db) {
+            return false;
+        }
+        self.found();
+        true
+    }
+
+    /// Tells `counters` (a queue's) once, at its first idle wait, that idle consumers poll.
+    pub fn watch(&self, counters: &std::sync::Arc<Counters>) {
+        self.polling.watch(counters);
+    }
+
+    /// Tells the watching queues that their idle consumers poll, and why.
+    pub fn tell_polling(&self) {
+        let why = if self.said() { SAID } else { FOUND };
+        self.polling.tell(why);
+    }
+}
+
+/// The backend process answering on `conn` (a simple query: it prepares nothing).
+async fn backend_of(conn: &mut PgConnection) -> Result<i32, sqlx::Error> {
+    let row = conn.fetch_one("SELECT pg_backend_pid()").await?;
+    row.try_get(0)
+}
+
+/// A prepared statement missing (26000) or already there (42P05): through a transaction
+/// pooler, the driver's named statements meet other clients' server connections.
+pub fn is_prepared_statement_error(db: &dyn DatabaseError) -> bool {
+    matches!(db.code().as_deref(), Some("26000" | "42P05"))
+        && db.message().contains("prepared statement")
+}
+
+const SAID: &str = "The DSN goes through PgBouncer in transaction mode (pgbouncer=true), which cannot carry LISTEN: idle consumers poll every pollIntervalMs. Give a direct DSN to the database as listenDsn to have them woken by NOTIFY.";
+const FOUND: &str = "The DSN goes through a pooler in transaction mode (found on connecting: two connections shared a server backend), which cannot carry LISTEN: idle consumers poll every pollIntervalMs. Give a direct DSN to the database as listenDsn to have them woken by NOTIFY.";
 
 /// Tells each queue's logger once that its idle consumers poll: a transaction-pooled DSN with
 /// `useNotify` on and no `listenDsn` has no LISTEN connection. Told at a queue's first idle
 /// wait, not when it opens, so that a logger attached to the new transport hears it.
 #[derive(Default)]
-pub struct PollingNotice {
+struct PollingNotice {
     untold: Mutex<Vec<Weak<Counters>>>,
 }
 
-pub const POLLING: &str = "The DSN goes through PgBouncer in transaction mode (pgbouncer=true), which cannot carry LISTEN: idle consumers poll every pollIntervalMs. Give a direct DSN to the database as listenDsn to have them woken by NOTIFY.";
-
 impl PollingNotice {
-    pub fn watch(&self, counters: &std::sync::Arc<Counters>) {
+    fn watch(&self, counters: &std::sync::Arc<Counters>) {
         lock(&self.untold).push(std::sync::Arc::downgrade(counters));
     }
 
-    pub fn tell(&self) {
+    fn tell(&self, why: &str) {
         let untold = std::mem::take(&mut *lock(&self.untold));
         for counters in untold.iter().filter_map(Weak::upgrade) {
-            counters.report(Level::Log, POLLING);
+            counters.report(Level::Log, why);
         }
     }
 }
@@ -76,19 +209,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_pgbouncer_true_says_transaction_pooled() {
-        for (url, pooled) in [
-            ("postgres://u@h:6432/db?pgbouncer=true", true),
+    fn the_pgbouncer_parameter_says_pooled_or_not() {
+        for (url, said) in [
+            ("postgres://u@h:6432/db?pgbouncer=true", Some(true)),
             (
                 "postgres://u@h:6432/db?sslmode=disable&pgbouncer=true",
-                true,
+                Some(true),
             ),
-            ("postgres://u@h:6432/db?pgbouncer=false", false),
-            ("postgres://u@h:6432/db", false),
+            ("postgres://u@h:6432/db?pgbouncer=false", Some(false)),
+            ("postgres://u@h:6432/db", None),
         ] {
-            assert_eq!(transaction_pooled(url), Ok(pooled), "{url}");
+            assert_eq!(said_pooled(url), Ok(said), "{url}");
         }
-        let refused = transaction_pooled("postgres://u@h/db?pgbouncer=yes").unwrap_err();
+        let refused = said_pooled("postgres://u@h/db?pgbouncer=yes").unwrap_err();
         assert!(refused.contains("\"yes\""), "{refused}");
     }
 }

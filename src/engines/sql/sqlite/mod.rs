@@ -105,7 +105,7 @@ impl Connector for Sqlite {
         Ok(OpenedTarget {
             pool,
             // A file takes writes or fails: it is never a demoted writer.
-            writer: Arc::default(),
+            epoch: Arc::default(),
             probe: None,
             extra: (),
         })

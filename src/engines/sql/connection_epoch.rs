@@ -1,20 +1,22 @@
-//! Following a writer that moves: when a connection of a DSN meets a server that takes no
-//! writes (a writer demoted in place by a failover, a standby the name now reaches), the
-//! connections opened before are not handed out again. A leaf: the pool's acquire hook
-//! (`target::server_pool_options`) and the target that notes refusals share it.
+//! Connections made unfit at once: when a connection of a DSN meets a server that takes no
+//! writes (a writer demoted in place by a failover, a standby the name now reaches), or a
+//! pooler its statements were not made for, the connections opened before are not handed out
+//! again. A leaf: the pool's acquire hook (`target::server_pool_options`) and the target that
+//! hears the errors share it.
 
 use std::time::{Duration, Instant};
 
 /// When a connection of a DSN last met a server that takes no writes (a writer demoted in
-/// place by a failover, a standby): the pool hands out no connection opened before then, so
-/// the next statement connects anew, to wherever the DSN's name points now.
+/// place by a failover, a standby) or a pooler found out late: the pool hands out no
+/// connection opened before then, so the next statement connects anew, to wherever the DSN's
+/// name points now, as the target now knows to talk to it.
 #[derive(Debug, Default)]
-pub struct WriterEpoch {
+pub struct ConnectionEpoch {
     marked_at: std::sync::Mutex<Option<Instant>>,
 }
 
-impl WriterEpoch {
-    /// A connection met a server that takes no writes.
+impl ConnectionEpoch {
+    /// The connections opened until now are unfit.
     pub fn mark(&self) {
         *self.marked_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
     }
@@ -34,7 +36,7 @@ mod tests {
 
     #[test]
     fn only_connections_opened_before_the_mark_are_stale() {
-        let epoch = WriterEpoch::default();
+        let epoch = ConnectionEpoch::default();
         assert!(
             !epoch.predates(Duration::from_secs(3600)),
             "nothing marked yet"
