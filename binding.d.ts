@@ -220,6 +220,12 @@ export interface RedisOverrides {
   disableClientInfo: boolean
   /** The server's Unix socket, instead of the DSN's host and port (ioredis's `path`). */
   path?: string
+  /** The deployment's sentinels (ioredis's `sentinels`), with `name`, the master's name. */
+  sentinels?: Array<SentinelAddress>
+  name?: string
+  /** The sentinels' own credentials. */
+  sentinelUsername?: string
+  sentinelPassword?: string
 }
 
 /** Options of a native Redis Streams queue, already defaulted by the JavaScript wrapper. */
@@ -244,6 +250,12 @@ export interface RedisQueueOptions {
   maxConnections?: number
   /** Replicas a send's write must reach before the send resolves (0: none). */
   waitForReplicas?: number
+}
+
+/** One sentinel, as ioredis's `sentinels` lists them. */
+export interface SentinelAddress {
+  host: string
+  port: number
 }
 
 /**

@@ -133,8 +133,11 @@ export interface TransportStats {
 
 export interface SqlTransportOptions {
   /**
-   * `postgres://` / `postgresql://` DSN (query parameters such as `sslmode` go to the driver).
-   * Through PgBouncer in transaction mode add `pgbouncer=true` (see `listenDsn`).
+   * `postgres://` / `postgresql://`, `mysql://` / `mariadb://` or `sqlite://` DSN (query
+   * parameters such as `sslmode` go to the driver). PostgreSQL: several hosts
+   * (`a:5432,b:5433`) and `target_session_attrs` (`any`, `read-write`, `primary`) as libpq reads
+   * them; a transaction pooler (PgBouncer) is found on connecting, or said with `pgbouncer=true`
+   * (see `listenDsn`).
    * An invalid DSN or unknown scheme throws `TransportConnectionError`.
    */
   readonly dsn: string;
@@ -158,8 +161,8 @@ export interface SqlTransportOptions {
   readonly getNotifyTimeoutMs?: number;
   /**
    * PostgreSQL only: a DSN straight to the database for the LISTEN connection, when `dsn` goes
-   * through a pooler. A `dsn` through PgBouncer in transaction mode (`pgbouncer=true` in it)
-   * cannot carry LISTEN: without `listenDsn` idle consumers poll every `pollIntervalMs`.
+   * through a pooler. A `dsn` through PgBouncer in transaction mode cannot carry LISTEN:
+   * without `listenDsn` idle consumers poll every `pollIntervalMs`.
    */
   readonly listenDsn?: string;
   /**
@@ -335,7 +338,7 @@ export interface RedisStreamsTransportOptions {
  * The ioredis options {@link RedisStreamsTransport} reads (`redisOptions`), typed so that an
  * ioredis `RedisOptions` value fits. Like ioredis, the DSN's own host, port, credentials and
  * database win; a key here that contradicts the DSN is refused rather than dropped. Any key not
- * declared here (`retryStrategy`, `maxRetriesPerRequest`, `sentinels`, `connectionName`, …) is
+ * declared here (`retryStrategy`, `maxRetriesPerRequest`, `connectionName`, `natMap`, …) is
  * refused by name at construction, unless set to ioredis's default or `undefined`.
  */
 export interface RedisConnectionOptions {
@@ -365,6 +368,21 @@ export interface RedisConnectionOptions {
    * credentials and database). Not with `tls`, nor with `cluster: true`.
    */
   readonly path?: string | undefined;
+  /**
+   * Redis Sentinel: the sentinels to ask (each defaulting to `localhost`, 26379) for the master
+   * named `name`. The DSN's credentials and database are the master's; its host and port are
+   * not used. Not with `tls`, `path` or `cluster: true`.
+   */
+  readonly sentinels?: ReadonlyArray<{ readonly host?: string; readonly port?: number }> | null | undefined;
+  /** With `sentinels`: the master's name the sentinels know. */
+  readonly name?: string | null | undefined;
+  /** With `sentinels`: `'master'` (the default); `'slave'` is refused at construction: the transport writes. */
+  readonly role?: 'master' | 'slave' | undefined;
+  /** With `sentinels`: the sentinels' own user and password. */
+  readonly sentinelUsername?: string | undefined;
+  readonly sentinelPassword?: string | undefined;
+  /** Accepted at any value: `+switch-master` is always followed. */
+  readonly failoverDetector?: boolean | undefined;
   /** Any object turns TLS on, for `redis://` too, as in ioredis. */
   readonly tls?: RedisTlsOptions | undefined;
   /** Accepted, no effect: connections are made on first use anyway. */

@@ -24,6 +24,7 @@ const {
   closeAll,
   failure,
   throwsSync,
+  settleWithin,
   expectNoSecret,
 } = require('../support/transport-helpers');
 
@@ -68,8 +69,12 @@ afterEach(() => closeAll(transports));
 
 describe('keys refused by name', () => {
   it.each([
-    ['sentinels', { sentinels: [{ host: '127.0.0.1', port: 26379 }] }, /Sentinel/],
+    ['sentinels', { sentinels: [{ host: '127.0.0.1', port: 26379 }], name: 'mymaster' }, /not through Sentinel/, { cluster: true }],
     ['name', { name: 'mymaster' }, /Sentinel/],
+    ['role', { sentinels: [{ host: '127.0.0.1', port: 26379 }], name: 'mymaster', role: 'slave' }, /master only/],
+    ['tls', { sentinels: [{ host: '127.0.0.1', port: 26379 }], name: 'mymaster', tls: {} }, /without TLS/],
+    ['sentinelTLS', { sentinelTLS: {} }, /without TLS/],
+    ['natMap', { natMap: { '10.0.0.1:6379': { host: '127.0.0.1', port: 6379 } } }, /used as they are/],
     ['retryStrategy', { retryStrategy: () => 100 }, /reconnects by itself/],
     ['maxRetriesPerRequest', { maxRetriesPerRequest: null }, /connectTimeoutMs/],
     ['enableOfflineQueue', { enableOfflineQueue: false }, /maxQueuedSends/],
@@ -106,6 +111,41 @@ describe('keys refused by name', () => {
     });
     await t.send(envelopeOf('accepted'));
     await t.ack(await receiveOne(t));
+  });
+});
+
+describe('redisOptions.sentinels: Redis Sentinel, as ioredis reads it', () => {
+  it('refuses an empty list and a missing master name as InvalidArgumentError', () => {
+    for (const [redisOptions, why] of [
+      [{ sentinels: [], name: 'mymaster' }, /redisOptions\.sentinels: expected a non-empty array/],
+      [{ sentinels: [{ host: '127.0.0.1', port: 26379 }] }, /redisOptions\.name: expected the master's name/],
+      [{ sentinels: [{ host: '127.0.0.1', port: 0 }], name: 'mymaster' }, /sentinels\[0\]\.port/],
+    ]) {
+      const error = throwsSync(() => new RedisStreamsTransport({ dsn, stream: 's', redisOptions }));
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect(error.message).toMatch(why);
+    }
+  });
+
+  it('with no sentinel answering, a send fails within connectTimeoutMs as not applied, showing no password', async () => {
+    const closed = await new Promise((resolve) => {
+      const probe = net.createServer().listen(0, '127.0.0.1', () => {
+        const { port } = probe.address();
+        probe.close(() => resolve(port));
+      });
+    });
+    const t = transport({
+      dsn: 'redis://:master-pw-4411@127.0.0.1:1',
+      connectTimeoutMs: 1000,
+      redisOptions: { sentinels: [{ host: '127.0.0.1', port: closed }], name: 'mymaster', sentinelPassword: 'sentinel-pw-4411' },
+    });
+    const started = Date.now();
+    const outcome = await settleWithin(t.send(envelopeOf('nowhere')), 5000);
+    expect(Date.now() - started).toBeLessThan(3000);
+    expect(outcome.error).toBeInstanceOf(TransportConnectionError);
+    expect(outcome.error.outcome).toBe('not-applied');
+    expect(outcome.error.message).toMatch(/Sentinel/);
+    expect(outcome.error.message).not.toMatch(/pw-4411/);
   });
 });
 

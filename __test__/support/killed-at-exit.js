@@ -26,4 +26,16 @@ function killedAtExit(child) {
   return exited;
 }
 
-module.exports = { killedAtExit };
+/**
+ * Kills `child` now (SIGKILL) unless it has exited, and waits until it has.
+ * @param {import('node:child_process').ChildProcess} child
+ * @param {Promise<unknown>} exited what `killedAtExit(child)` returned
+ */
+async function killNow(child, exited) {
+  if (child.exitCode === null && child.signalCode === null) {
+    child.kill('SIGKILL');
+    await exited;
+  }
+}
+
+module.exports = { killedAtExit, killNow };

@@ -10,7 +10,7 @@ const os = require('node:os');
 const path = require('node:path');
 const { spawn, spawnSync } = require('node:child_process');
 const { freePort } = require('./ports');
-const { killedAtExit } = require('./killed-at-exit');
+const { killedAtExit, killNow } = require('./killed-at-exit');
 const { waitForPort } = require('./redis-server');
 
 const INSTALL = 'PgBouncer is not installed: apt-get install -y pgbouncer (npm test installs it when run as root).';
@@ -97,10 +97,7 @@ async function startPgBouncer({ serverDsn, poolMode, settings = {} }) {
       return log;
     },
     async stop() {
-      if (child.exitCode === null && child.signalCode === null) {
-        child.kill('SIGKILL');
-        await exited;
-      }
+      await killNow(child, exited);
       fs.rmSync(dir, { recursive: true, force: true });
     },
   };

@@ -230,8 +230,13 @@ function redisOptionsChecks(shared: RedisOptions, upstream: UpstreamRedisOptions
     new RedisStreamsTransport(upstream),
     new RedisStreamsTransport({ dsn: 'redis://localhost', stream: 'events', redisOptions: { db: 1, tls: {} } }),
   ];
-  // @ts-expect-error Sentinel is refused
-  void new RedisStreamsTransport({ dsn: 'redis://localhost', stream: 'events', redisOptions: { sentinels: [] } });
+  const sentinel: RedisOptions = {
+    sentinels: [{ host: 'sentinel-a', port: 26379 }, { host: 'sentinel-b' }],
+    name: 'mymaster',
+    sentinelPassword: 'secret',
+    password: 'master-secret',
+  };
+  transports.push(new RedisStreamsTransport({ dsn: 'redis://localhost', stream: 'events', redisOptions: sentinel, waitForReplicas: 1 }));
   // @ts-expect-error db is a number
   void new RedisStreamsTransport({ dsn: 'redis://localhost', stream: 'events', redisOptions: { db: '1' } });
   return transports;

@@ -14,6 +14,7 @@ const PRODUCT = 'nestjs-messenger-native';
 /** Keys honoured as ioredis honours them (see `redisConnectionOf`). */
 const HONOURED = new Set([
   'host', 'port', 'username', 'password', 'db', 'keyPrefix', 'tls', 'family', 'connectTimeout', 'disableClientInfo', 'path',
+  'sentinels', 'name', 'role', 'sentinelUsername', 'sentinelPassword',
 ]);
 
 /** Keys accepted whatever their value: they shape nothing this transport does. */
@@ -31,6 +32,8 @@ const NO_EFFECT = new Set([
   'autoResendUnfulfilledCommands',
   // TCP keepalive is always on, with the transport's own timings.
   'keepAlive',
+  // Through Sentinel, `+switch-master` is always followed.
+  'failoverDetector',
 ]);
 
 /**
@@ -48,18 +51,13 @@ const IOREDIS_DEFAULTS = new Map([
   ['maxLoadingRetryTime', 10000],
   ['disconnectTimeout', 2000],
   ['blockingTimeoutGrace', 100],
-  ['sentinels', null],
-  ['name', null],
-  ['role', 'master'],
   ['natMap', null],
   ['enableTLSForSentinelMode', false],
   ['updateSentinels', true],
-  ['failoverDetector', false],
   ['sentinelMaxConnections', 10],
 ]);
 
 const RECONNECTS = 'the transport reconnects by itself (backoff up to 2 s) and its consumers wait out an outage';
-const SENTINEL = 'it connects to one server or cluster, never through Redis Sentinel: give the master\'s address in the DSN';
 
 /** Refused keys with what the transport does instead (any other unknown key is refused too). */
 const REFUSED = new Map([
@@ -78,12 +76,15 @@ const REFUSED = new Map([
   ['Connector', 'connections are made by the native client'],
   ['scripts', 'the transport\'s client is not the app\'s'],
   ['monitor', 'the transport\'s connections run its own commands'],
-  ['name', `${SENTINEL} (for CLIENT SETNAME ioredis uses connectionName, which is not supported either)`],
-  ...[
-    'sentinels', 'role', 'sentinelUsername', 'sentinelPassword', 'sentinelRetryStrategy',
-    'sentinelReconnectStrategy', 'preferredSlaves', 'sentinelCommandTimeout', 'enableTLSForSentinelMode',
-    'sentinelTLS', 'natMap', 'updateSentinels', 'sentinelMaxConnections', 'failoverDetector',
-  ].map((key) => [key, SENTINEL]),
+  ['sentinelRetryStrategy', `${RECONNECTS}; the sentinels are asked again whenever the master may have moved`],
+  ['sentinelReconnectStrategy', `${RECONNECTS}; the sentinels are asked again whenever the master may have moved`],
+  ['sentinelCommandTimeout', 'every exchange with a sentinel is bounded by connectTimeoutMs'],
+  ['preferredSlaves', 'the transport writes: it connects to the master only'],
+  ['enableTLSForSentinelMode', 'a deployment behind Sentinel is reached without TLS'],
+  ['sentinelTLS', 'a deployment behind Sentinel is reached without TLS'],
+  ['natMap', 'the addresses the sentinels give are used as they are'],
+  ['updateSentinels', 'the sentinels asked are those given'],
+  ['sentinelMaxConnections', 'one connection at a time goes to a sentinel'],
 ]);
 
 /** TLS keys honoured; any other key of `tls` is refused. */
@@ -271,6 +272,8 @@ function redisConnectionOf(options) {
     if (tls !== undefined) throw refuse('path', 'TLS is not used over a Unix socket: leave redisOptions.tls out');
   }
 
+  const sentinel = sentinelOf(redisOptions, options, tls);
+
   return {
     tlsCa: tls?.tlsCa,
     connectTimeoutMs,
@@ -287,7 +290,52 @@ function redisConnectionOf(options) {
       password: password || undefined,
       disableClientInfo: disableClientInfo === true,
       path: present(path) ? path : undefined,
+      ...sentinel,
     },
+  };
+}
+
+/**
+ * ioredis's Sentinel options: `sentinels` (each `{ host = 'localhost', port = 26379 }`) with
+ * the master's `name`; the DSN's credentials and database are the master's, its host and port
+ * are not used. Only the master is reached (`role: 'master'`): the transport writes.
+ */
+function sentinelOf(redisOptions, options, tls) {
+  const { sentinels, name, role, sentinelUsername, sentinelPassword } = redisOptions;
+  if (!present(sentinels)) {
+    for (const [key, value] of [['name', name], ['sentinelUsername', sentinelUsername], ['sentinelPassword', sentinelPassword]]) {
+      if (present(value)) throw refuse(key, `it applies through Redis Sentinel, with redisOptions.sentinels (for CLIENT SETNAME ioredis uses connectionName, which is not supported)`);
+    }
+    if (present(role) && role !== 'master') throw refuse('role', 'it applies through Redis Sentinel, with redisOptions.sentinels');
+    return {};
+  }
+  if (!Array.isArray(sentinels) || sentinels.length === 0) {
+    throw invalid('sentinels', 'a non-empty array of { host, port } objects');
+  }
+  const addresses = sentinels.map((sentinel, i) => {
+    if (sentinel === null || typeof sentinel !== 'object') throw invalid(`sentinels[${i}]`, 'a { host, port } object');
+    const host = sentinel.host ?? 'localhost';
+    const port = sentinel.port ?? 26379;
+    isString(`sentinels[${i}].host`)(host);
+    isIntegerIn(`sentinels[${i}].port`, 1, 65535)(port);
+    return { host, port };
+  });
+  if (typeof name !== 'string' || name === '') throw invalid('name', 'the master\'s name the sentinels know (a non-empty string)');
+  wellFormed(name, 'redisOptions.name');
+  if (present(role) && role !== 'master') {
+    throw refuse('role', 'the transport writes: it connects to the master only (role \'master\')');
+  }
+  for (const [key, value] of [['sentinelUsername', sentinelUsername], ['sentinelPassword', sentinelPassword]]) {
+    if (present(value)) isString(key)(value);
+  }
+  if (options.cluster === true) throw refuse('sentinels', 'a cluster is reached through its nodes, not through Sentinel');
+  if (present(redisOptions.path)) throw refuse('path', 'through Sentinel the master is reached at the address the sentinels give');
+  if (tls !== undefined) throw refuse('tls', 'a deployment behind Sentinel is reached without TLS');
+  return {
+    sentinels: addresses,
+    name,
+    sentinelUsername: sentinelUsername || undefined,
+    sentinelPassword: sentinelPassword || undefined,
   };
 }
 

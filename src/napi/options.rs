@@ -78,6 +78,31 @@ pub struct RedisOverrides {
     pub disable_client_info: bool,
     /// The server's Unix socket, instead of the DSN's host and port (ioredis's `path`).
     pub path: Option<String>,
+    /// The deployment's sentinels (ioredis's `sentinels`), with `name`, the master's name.
+    pub sentinels: Option<Vec<SentinelAddress>>,
+    pub name: Option<String>,
+    /// The sentinels' own credentials.
+    pub sentinel_username: Option<String>,
+    pub sentinel_password: Option<String>,
+}
+
+/// One sentinel, as ioredis's `sentinels` lists them.
+#[napi(object)]
+pub struct SentinelAddress {
+    pub host: String,
+    pub port: u32,
+}
+
+fn sentinel_addresses(given: Vec<SentinelAddress>) -> Result<Vec<(String, u16)>, Error> {
+    given
+        .into_iter()
+        .map(|SentinelAddress { host, port }| match u16::try_from(port) {
+            Ok(port) if port > 0 => Ok((host, port)),
+            _ => Err(Error::invalid_argument(format!(
+                "Invalid redisOptions.sentinels port {port}: expected 1 to 65535."
+            ))),
+        })
+        .collect()
 }
 
 pub(super) fn millis(value: f64, name: &str) -> Result<Duration, Error> {
@@ -201,6 +226,10 @@ pub fn redis_queue(options: RedisQueueOptions) -> Result<Queue, Error> {
                 password: given.password,
                 skip_client_info: given.disable_client_info,
                 path: given.path,
+                sentinels: sentinel_addresses(given.sentinels.unwrap_or_default())?,
+                sentinel_name: given.name,
+                sentinel_username: given.sentinel_username,
+                sentinel_password: given.sentinel_password,
             },
         },
         max_connections: options.max_connections.map(connection_budget).transpose()?,

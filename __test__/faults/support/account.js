@@ -55,7 +55,7 @@ function consumeAndAck(consumer) {
 /**
  * Sends `prefix:n` fault envelopes on `transport` one after another, `everyMs` apart, until
  * `stop()` (which resolves once the last send has settled): `sends` holds each one's key,
- * start time and fate (`ok`, else the error's `outcome` and `message`).
+ * start time, duration (`ms`) and fate (`ok`, else the error's `outcome` and `message`).
  */
 function sendSteadily(transport, { prefix, everyMs }) {
   const sends = [];
@@ -67,7 +67,7 @@ function sendSteadily(transport, { prefix, everyMs }) {
         () => ({ ok: true }),
         (error) => ({ ok: false, outcome: error.outcome, message: error.message }),
       );
-      sends.push({ key: `${prefix}:${n}`, at, ...outcome });
+      sends.push({ key: `${prefix}:${n}`, at, ms: Date.now() - at, ...outcome });
       await sleep(everyMs);
     }
   })();

@@ -2,9 +2,9 @@
 //! the shared XREAD of the idle consumers): how long it may run past its BLOCK time,
 //! and how it is ended early with `CLIENT UNBLOCK` from another connection.
 
-use super::connection::{blocking_connection, Conn};
+use super::connection::{blocking_connection, Conn, SingleNode};
 use redis::aio::MultiplexedConnection;
-use redis::{Client, Value};
+use redis::Value;
 use std::time::Duration;
 
 /// How long a blocked read may run past its BLOCK time, or past being ended, before its
@@ -20,13 +20,15 @@ const UNBLOCK_PAUSE: Duration = Duration::from_millis(2);
 /// waited for up to `READ_MARGIN`, or its connection dropped). Each step is bounded by
 /// `timeout`; `Err(None)` when one went unanswered, else the driver's error.
 pub(super) async fn open_blocked_read(
-    node: &Client,
+    node: &SingleNode,
     timeout: Duration,
 ) -> Result<(MultiplexedConnection, Option<i64>), Option<redis::RedisError>> {
-    let mut conn = tokio::time::timeout(timeout, blocking_connection(node, timeout))
-        .await
-        .map_err(|_| None)?
-        .map_err(Some)?;
+    let opened = tokio::time::timeout(timeout, async {
+        blocking_connection(&node.client().await?, timeout).await
+    })
+    .await
+    .map_err(|_| None)?;
+    let mut conn = opened.inspect_err(|e| node.heard(e)).map_err(Some)?;
     let client_id = tokio::time::timeout(
         timeout,
         redis::cmd("CLIENT").arg("ID").query_async::<i64>(&mut conn),

@@ -1,7 +1,9 @@
-//! Connections to one Redis deployment (a single node, TLS or not, or a Cluster): one shared
-//! command connection per process and target, plus, on a single node, connections of their
-//! own for blocking reads (a `BLOCK` on the shared connection would stall every other command).
+//! Connections to one Redis deployment (a single node, TLS or not, found through Sentinel or
+//! not, or a Cluster): one shared command connection per process and target, plus, on a
+//! single node, connections of their own for blocking reads (a `BLOCK` on the shared
+//! connection would stall every other command).
 
+use super::sentinel::{MasterConnection, Sentinels};
 use crate::support::dsn::RedisDsn;
 use crate::support::error::{Error, Result};
 use redis::aio::{
@@ -14,13 +16,43 @@ use redis::{
     AsyncConnectionConfig, Client, ClientTlsConfig, Cmd, ConnectionAddr, ConnectionInfo,
     IntoConnectionInfo, Pipeline, RedisFuture, TlsCertificates, Value,
 };
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How to reach the deployment.
 #[derive(Clone)]
 pub enum Target {
     Node(Box<Client>),
+    /// A single node, the master its sentinels name.
+    Sentinel(Arc<Sentinels>),
     Cluster(Box<ClusterTarget>),
+}
+
+/// Where a single node's connections of their own (blocked reads) go.
+#[derive(Clone)]
+pub enum SingleNode {
+    Fixed(Box<Client>),
+    Sentinel(Arc<Sentinels>),
+}
+
+impl SingleNode {
+    /// A client of the node: the master as the sentinels name it now.
+    pub async fn client(&self) -> redis::RedisResult<Client> {
+        match self {
+            SingleNode::Fixed(client) => Ok((**client).clone()),
+            SingleNode::Sentinel(sentinels) => sentinels.master().await,
+        }
+    }
+
+    /// Hears a failure of one of the node's own connections: through Sentinel, the master
+    /// may have moved.
+    pub fn heard(&self, err: &redis::RedisError) {
+        if let SingleNode::Sentinel(sentinels) = self {
+            if Sentinels::moved_by(err) {
+                sentinels.forget();
+            }
+        }
+    }
 }
 
 /// A cluster: the client that routes commands, and how to reach one node of it directly (the
@@ -116,11 +148,13 @@ impl ClusterTarget {
     }
 }
 
-/// One connection of either kind; used through `redis::aio::ConnectionLike`.
+/// One connection of any kind; used through `redis::aio::ConnectionLike`.
 #[derive(Clone)]
 pub enum Conn {
     /// Reconnects by itself; the shared command connection of a single node.
     Managed(ConnectionManager),
+    /// To the master the sentinels name, asked for again when it may have moved.
+    Master(MasterConnection),
     Cluster(ClusterConnection),
 }
 
@@ -128,6 +162,7 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Managed(c) => c.req_packed_command(cmd),
+            Conn::Master(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -140,6 +175,7 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Managed(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Master(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
@@ -147,6 +183,7 @@ impl ConnectionLike for Conn {
     fn get_db(&self) -> i64 {
         match self {
             Conn::Managed(c) => c.get_db(),
+            Conn::Master(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
         }
     }
@@ -182,6 +219,14 @@ pub struct Overrides {
     pub skip_client_info: bool,
     /// A Unix socket to connect to instead of the DSN's host and port.
     pub path: Option<String>,
+    /// The deployment's sentinels (ioredis's `sentinels`): the DSN's host and port are not
+    /// used, its credentials and database are the master's.
+    pub sentinels: Vec<(String, u16)>,
+    /// The master's name the sentinels know (ioredis's `name`).
+    pub sentinel_name: Option<String>,
+    /// The sentinels' own credentials (`sentinelUsername`, `sentinelPassword`).
+    pub sentinel_username: Option<String>,
+    pub sentinel_password: Option<String>,
 }
 
 // The password and the key are never shown.
@@ -197,6 +242,14 @@ impl std::fmt::Debug for Overrides {
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("skip_client_info", &self.skip_client_info)
+            .field("path", &self.path)
+            .field("sentinels", &self.sentinels)
+            .field("sentinel_name", &self.sentinel_name)
+            .field("sentinel_username", &self.sentinel_username)
+            .field(
+                "sentinel_password",
+                &self.sentinel_password.as_ref().map(|_| "***"),
+            )
             .finish()
     }
 }
@@ -206,9 +259,9 @@ impl ConnectOptions {
     pub fn secrets(&self, dsn: &RedisDsn) -> Vec<String> {
         let mut secrets = dsn.secrets.clone();
         secrets.extend(
-            self.overrides
-                .password
-                .iter()
+            [&self.overrides.password, &self.overrides.sentinel_password]
+                .into_iter()
+                .flatten()
                 .filter(|p| !p.is_empty())
                 .cloned(),
         );
@@ -277,6 +330,29 @@ impl ConnectOptions {
         Ok(info.set_addr(addr).set_redis_settings(settings))
     }
 
+    /// The sentinels of the master `name`, whose connections get `node`'s settings.
+    fn sentinels(&self, name: &str, node: ConnectionInfo) -> redis::RedisResult<Arc<Sentinels>> {
+        let o = &self.overrides;
+        let mut settings = redis::RedisConnectionInfo::default();
+        if let Some(username) = &o.sentinel_username {
+            settings = settings.set_username(username);
+        }
+        if let Some(password) = &o.sentinel_password {
+            settings = settings.set_password(password);
+        }
+        let sentinels = o
+            .sentinels
+            .iter()
+            .map(|(host, port)| {
+                Ok(ConnectionAddr::Tcp(host.clone(), *port)
+                    .into_connection_info()?
+                    .set_redis_settings(settings.clone())
+                    .set_tcp_settings(tcp_settings()))
+            })
+            .collect::<redis::RedisResult<Vec<_>>>()?;
+        Sentinels::new(name.to_owned(), sentinels, node, self.connect_timeout)
+    }
+
     /// Roots and client certificate to use, if any is given and the connection is TLS.
     fn certificates(&self, info: &ConnectionInfo) -> Option<TlsCertificates> {
         if !matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
@@ -309,6 +385,15 @@ fn tcp_settings() -> TcpSettings {
 }
 
 impl Target {
+    /// Where the node's own connections go; none on a cluster.
+    pub fn single_node(&self) -> Option<SingleNode> {
+        match self {
+            Target::Node(client) => Some(SingleNode::Fixed(client.clone())),
+            Target::Sentinel(sentinels) => Some(SingleNode::Sentinel(sentinels.clone())),
+            Target::Cluster(_) => None,
+        }
+    }
+
     pub fn new(dsn: &RedisDsn, options: &ConnectOptions) -> Result<Self> {
         let invalid = |e: redis::RedisError| {
             Error::connection(format!("Invalid Redis DSN \"{}\": {e}", dsn.redacted))
@@ -316,6 +401,12 @@ impl Target {
         };
         let info = options.connection_info(dsn).map_err(invalid)?;
         let certs = options.certificates(&info);
+        if let Some(name) = &options.overrides.sentinel_name {
+            return options
+                .sentinels(name, info)
+                .map(Target::Sentinel)
+                .map_err(invalid);
+        }
         if options.cluster {
             // The first node's credentials, database and TLS mode apply to every node.
             let seed = info.clone();
@@ -358,6 +449,11 @@ impl Target {
                 ConnectionManager::new_with_config((**client).clone(), config)
                     .await
                     .map(Conn::Managed)
+            }
+            Target::Sentinel(sentinels) => {
+                // Found now, so that an unreachable deployment fails the first use at once.
+                sentinels.master().await?;
+                Ok(Conn::Master(MasterConnection::new(sentinels.clone())))
             }
             Target::Cluster(cluster) => cluster
                 .client

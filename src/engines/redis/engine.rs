@@ -2,7 +2,6 @@
 //! built here for a single node), claims and idle waits, settles, redelivery, leases, listing
 //! and counting, each over the reads and writes of `reads` and `writes`.
 
-use super::connection::Target;
 use super::direct::RedisWire;
 use super::errors::classify;
 use super::replies::{as_i64, complete, is_stream_id, parse_entries};
@@ -107,12 +106,12 @@ impl Engine for RedisQueue {
             if cancel.is_cancelled() {
                 return Ok(WaitOutcome::Cancelled);
             }
-            let waited = match &self.shared.target {
-                Target::Cluster(_) => self.wait_shared(seen, cancel).await,
-                Target::Node(node) => {
+            let waited = match self.shared.target.single_node() {
+                None => self.wait_shared(seen, cancel).await,
+                Some(node) => {
                     let idle = IdleConsumer::enter(&self.shared.idle_consumers);
                     if idle.among <= self.shared.reads.own_reads() && self.keep_own_read() {
-                        self.block_once(node, cancel, 64).await
+                        self.block_once(&node, cancel, 64).await
                     } else {
                         // Its own read is not kept while it shares.
                         self.drop_own_read().await;

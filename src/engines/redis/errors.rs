@@ -18,6 +18,9 @@ pub(super) fn classify(err: &redis::RedisError) -> ErrorKind {
         || err.is_cluster_error()
         // LOADING: a restarted server still reading its data; it answers in a moment.
         || err.code() == Some("LOADING")
+        // A master moved (demoted to replica, or none elected yet): asked for again.
+        || matches!(err.code(), Some("READONLY" | "MASTERDOWN"))
+        || err.kind() == redis::ErrorKind::MasterNameNotFoundBySentinel
     {
         ErrorKind::Connection
     } else {
@@ -87,10 +90,13 @@ fn is_bad_database(err: &redis::RedisError) -> bool {
 /// What a command (or transaction, or script) that failed with `err` did: nothing when the
 /// server answered it with an error (a command, a `MULTI` it discarded, or a script refused
 /// before it ran: every script here fails, if at all, at its first write) or never got it (a
-/// refused connection or login); unknown when the connection failed once it may have gone
-/// out, or a cluster redirected part of a pipeline.
+/// refused connection or login, no master found through Sentinel); unknown when the
+/// connection failed once it may have gone out, or a cluster redirected part of a pipeline.
 pub(super) fn outcome(err: &redis::RedisError) -> Outcome {
-    if err.is_connection_refusal() || is_refusal(err) {
+    if err.is_connection_refusal()
+        || is_refusal(err)
+        || err.kind() == redis::ErrorKind::MasterNameNotFoundBySentinel
+    {
         Outcome::NotApplied
     } else if err.is_io_error()
         || err.is_timeout()

@@ -20,11 +20,11 @@ mod slot_owners;
 mod tracking;
 
 use super::blocked::{open_blocked_read, unblock_read, READ_MARGIN};
-use super::connection::{Conn, Target};
+use super::connection::{Conn, SingleNode, Target};
 use super::replies::{read_reply_tops, StreamId};
 use crate::queue::wake::WakeSignal;
 use redis::aio::MultiplexedConnection;
-use redis::{Client, Value};
+use redis::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -197,13 +197,14 @@ impl IdleRead {
             } = connect();
             let cluster = matches!(target, Target::Cluster(_));
             state.tracking = cluster;
-            match target {
-                Target::Cluster(nodes) => {
+            match (target.single_node(), target) {
+                (Some(node), _) => {
+                    tokio::spawn(self.clone().read_loop(node, commands.clone(), timeout));
+                }
+                (None, Target::Cluster(nodes)) => {
                     tokio::spawn(self.clone().track_loop(*nodes, commands.clone(), timeout));
                 }
-                Target::Node(node) => {
-                    tokio::spawn(self.clone().read_loop(*node, commands.clone(), timeout));
-                }
+                (None, _) => {}
             }
             tokio::spawn(self.clone().poll_loop(commands, cluster));
         }
@@ -300,7 +301,7 @@ impl IdleRead {
         }
     }
 
-    async fn read_loop(self: Arc<Self>, node: Client, commands: Conn, timeout: Duration) {
+    async fn read_loop(self: Arc<Self>, node: SingleNode, commands: Conn, timeout: Duration) {
         let mut open: Option<(MultiplexedConnection, Option<i64>)> = None;
         let mut pause = RECONNECT_FIRST;
         loop {
@@ -382,7 +383,11 @@ impl IdleRead {
                 Some(Err(e)) if e.to_string().contains("UNBLOCKED") => {
                     open = Some((conn, client_id));
                 }
-                _ => self.failed(&mut pause).await,
+                Some(Err(e)) => {
+                    node.heard(&e);
+                    self.failed(&mut pause).await;
+                }
+                None => self.failed(&mut pause).await,
             }
         }
     }

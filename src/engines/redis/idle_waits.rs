@@ -6,6 +6,7 @@
 //! in the wait's outcome, never kept here.
 
 use super::blocked::{open_blocked_read, unblock_read, READ_MARGIN};
+use super::connection::SingleNode;
 use super::idle_read::{Connect, Watched, IDLE_CAP};
 use super::replies::parse_read_reply;
 use super::stream_queue::RedisQueue;
@@ -13,7 +14,7 @@ use crate::queue::engine::WaitOutcome;
 use crate::queue::wake::WaitEnd;
 use crate::support::error::Result;
 use redis::aio::MultiplexedConnection;
-use redis::{Client, Value};
+use redis::Value;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -23,7 +24,7 @@ impl RedisQueue {
     /// processes are promoted in time), or `cancel` fires.
     pub(super) async fn block_once(
         &self,
-        node: &Client,
+        node: &SingleNode,
         cancel: &CancellationToken,
         limit: u32,
     ) -> Result<WaitOutcome> {
@@ -118,6 +119,7 @@ impl RedisQueue {
                 Ok(WaitOutcome::TimedOut)
             }
             Some(Err(e)) => {
+                node.heard(&e);
                 self.lost_a_read();
                 Err(self.err("read", &e))
             }
@@ -149,7 +151,10 @@ impl RedisQueue {
         *self.read_slot.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
-    async fn open_blocking(&self, node: &Client) -> Result<(MultiplexedConnection, Option<i64>)> {
+    async fn open_blocking(
+        &self,
+        node: &SingleNode,
+    ) -> Result<(MultiplexedConnection, Option<i64>)> {
         open_blocked_read(node, self.shared.connect_timeout)
             .await
             .map_err(|failure| match failure {

@@ -32,6 +32,7 @@ mod reads;
 mod replies;
 mod resp;
 mod send_batch;
+pub mod sentinel;
 pub mod slot;
 mod spent_markers;
 mod stream_queue;
