@@ -124,6 +124,11 @@ export interface DoctorOptions {
   delayKey?: string
   cluster?: boolean
   connectTimeoutMs?: number
+  /**
+   * Whether the transports create what is missing on first use (`autoSetup`, default true):
+   * then a missing table is a warning, else a failure.
+   */
+  autoSetup?: boolean
 }
 
 /** `ok` is false when any check failed. */

@@ -1,9 +1,9 @@
 'use strict';
 
 // `doctor` on PostgreSQL, MariaDB and SQLite, run as a child process: all checks pass on a
-// table the transport set up; a drifted table, a missing index, a missing table, an
-// unreachable server, a missing file and a wrong password each give their FAIL and exit 1,
-// and no password is ever printed.
+// table the transport set up; a table or file not created yet warns (autoSetup creates it) and
+// fails with --no-auto-setup; a drifted table, a missing index, an unreachable server and a
+// wrong password each give their FAIL and exit 1, and no password is ever printed.
 
 const fs = require('node:fs');
 const { SqlTransport } = require('../..');
@@ -85,15 +85,27 @@ describe.each(SQL_ENGINES)('doctor on $name', (engine) => {
     expect(run.code).toBe(1);
   });
 
-  test('a missing table fails and is not created (exit 1)', async () => {
+  test('a table not created yet is a warning (autoSetup creates it), and is not created (exit 0)', async () => {
     const dsn = engine.dsn();
     if (engine.name === 'sqlite') await transportTable(engine, dsn, tables); // the file exists
     const table = uniqueName('nmn_none');
     const run = await runCli(['doctor', '--dsn', dsn, '--table', table, '--json']);
     const report = jsonOf(run);
-    expect(verdicts(report).table).toBe('FAIL');
-    expect(detailOf(report, 'table')).toMatch(new RegExp(`^table ${table} does not exist`));
+    expect(verdicts(report).table).toBe('warn');
+    expect(detailOf(report, 'table')).toBe(`table ${table} does not exist yet: a transport creates it on first use (autoSetup)`);
     expect(report.checks.map((c) => c.name)).not.toContain('columns');
+    expect(run.code).toBe(0);
+    expect(await engine.tableExists(dsn, table)).toBe(false);
+  });
+
+  test('with --no-auto-setup a missing table fails (exit 1)', async () => {
+    const dsn = engine.dsn();
+    if (engine.name === 'sqlite') await transportTable(engine, dsn, tables);
+    const table = uniqueName('nmn_none');
+    const run = await runCli(['doctor', '--dsn', dsn, '--table', table, '--no-auto-setup', '--json']);
+    const report = jsonOf(run);
+    expect(verdicts(report).table).toBe('FAIL');
+    expect(detailOf(report, 'table')).toMatch(new RegExp(`^table ${table} does not exist, and autoSetup is off`));
     expect(run.code).toBe(1);
     expect(await engine.tableExists(dsn, table)).toBe(false);
   });
@@ -116,16 +128,21 @@ describe('doctor: failures before any table', () => {
     expect(`${run.stdout}${run.stderr}`).not.toContain(password);
   });
 
-  test('sqlite: a missing file fails (exit 1) and is not created', async () => {
+  test('sqlite: a file not made yet is a warning (exit 0), a failure with --no-auto-setup (exit 1), and is not created', async () => {
     const dsn = sqliteDsn('missing');
     const file = dsn.slice('sqlite://'.length);
-    const run = await runCli(['doctor', '--dsn', dsn, '--json']);
-    const report = jsonOf(run);
-    expect(report).toEqual({
+    const fresh = await runCli(['doctor', '--dsn', dsn, '--json']);
+    expect(jsonOf(fresh)).toEqual({
+      ok: true,
+      checks: [{ name: 'file', status: 'warn', detail: `${file} does not exist yet: a transport creates it on first use` }],
+    });
+    expect(fresh.code).toBe(0);
+    const strict = await runCli(['doctor', '--dsn', dsn, '--no-auto-setup', '--json']);
+    expect(jsonOf(strict)).toEqual({
       ok: false,
       checks: [{ name: 'file', status: 'FAIL', detail: `${file} does not exist (a transport creates it on first use)` }],
     });
-    expect(run.code).toBe(1);
+    expect(strict.code).toBe(1);
     expect(fs.existsSync(file)).toBe(false);
   });
 

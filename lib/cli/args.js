@@ -25,7 +25,7 @@ const COMMON = {
 };
 
 const OPTIONS = {
-  doctor: COMMON,
+  doctor: { ...COMMON, 'no-auto-setup': { type: 'boolean' } },
   stats: { ...COMMON, watch: { type: 'string' }, count: { type: 'string' } },
 };
 
@@ -33,7 +33,7 @@ const OPTIONS = {
 const DSN_VARIABLES = ['MESSENGER_DSN', 'DATABASE_URL'];
 
 const USAGE = `Usage:
-  nestjs-messenger-native doctor [--dsn <dsn>] [--table <name>] [--queue <name>]
+  nestjs-messenger-native doctor [--dsn <dsn>] [--table <name>] [--queue <name>] [--no-auto-setup]
                                  [--stream <key> [--group <name>] [--delayed-key <key>]] [--cluster]
                                  [--connect-timeout <duration>] [--json]
   nestjs-messenger-native stats  [--dsn <dsn>] [--table <name>] [--queue <name>]
@@ -42,6 +42,8 @@ const USAGE = `Usage:
   nestjs-messenger-native --version
 
 doctor: one line per check (ok / warn / FAIL); exit 0 when none fails, 1 when one does.
+        A table not created yet is a warning (the transports create it on first use), a
+        failure with --no-auto-setup (the transports run with autoSetup: false).
 stats:  ready, delayed, in flight and oldest ready age per queue (SQL) or stream group (Redis);
         --watch 1s repeats and adds rates, and keeps sampling through a failed sample (a
         restart): the failure goes to stderr. --count counts the samples printed. Read-only.
@@ -111,6 +113,7 @@ function parseCommandLine(argv, env = process.env) {
   const redis = /^rediss?:/i.test(dsn);
   const sqlOnly = ['table', 'queue'].filter((key) => values[key] !== undefined);
   const redisOnly = ['stream', 'group', 'delayed-key', 'cluster'].filter((key) => values[key] !== undefined);
+  if (values['no-auto-setup'] !== undefined) sqlOnly.push('no-auto-setup');
   if (redis && sqlOnly.length > 0) throw new UsageError(`--${sqlOnly[0]} applies to SQL DSNs, not to Redis.`);
   if (!redis && redisOnly.length > 0) throw new UsageError(`--${redisOnly[0]} applies to Redis DSNs only.`);
   if (redis && command === 'stats' && values.stream === undefined) throw new UsageError('stats on Redis needs --stream <key>.');
@@ -129,6 +132,7 @@ function parseCommandLine(argv, env = process.env) {
       group: values.group,
       delayKey: values['delayed-key'],
       cluster: values.cluster === true,
+      autoSetup: values['no-auto-setup'] !== true,
       connectTimeoutMs:
         values['connect-timeout'] === undefined ? undefined : parseDuration(values['connect-timeout'], 'connect-timeout'),
       json: values.json === true,

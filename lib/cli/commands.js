@@ -23,6 +23,7 @@ const EXIT = Object.freeze({ OK: 0, FAILED: 1, USAGE: 2 });
  * @property {string} [group]
  * @property {string} [delayKey]
  * @property {boolean} cluster
+ * @property {boolean} [autoSetup] doctor: the transports create a missing table (default true)
  * @property {number} [connectTimeoutMs]
  * @property {boolean} json
  * @property {number} [watchMs]
@@ -46,7 +47,7 @@ async function runDoctor(options, io) {
   let report;
   try {
     report = await doctor(
-      nativeOptions(options, ['dsn', 'table', 'queue', 'stream', 'group', 'delayKey', 'cluster', 'connectTimeoutMs']),
+      nativeOptions(options, ['dsn', 'table', 'queue', 'stream', 'group', 'delayKey', 'cluster', 'connectTimeoutMs', 'autoSetup']),
     );
   } catch (error) {
     io.err.write(`doctor: ${messageOf(error)}\n`);

@@ -30,6 +30,9 @@ pub struct DoctorOptions {
     pub delay_key: Option<String>,
     pub cluster: Option<bool>,
     pub connect_timeout_ms: Option<f64>,
+    /// Whether the transports create what is missing on first use (`autoSetup`, default true):
+    /// then a missing table is a warning, else a failure.
+    pub auto_setup: Option<bool>,
 }
 
 /// One check: `status` is `ok`, `warn` or `FAIL`.
@@ -77,6 +80,7 @@ pub async fn doctor(options: DoctorOptions) -> napi::Result<DoctorReport> {
         delay_key: options.delay_key,
         cluster: options.cluster.unwrap_or(false),
         connect_timeout: connect_timeout(options.connect_timeout_ms)?,
+        auto_setup: options.auto_setup.unwrap_or(true),
     };
     Ok(super::doctor(&target).await.into())
 }
@@ -146,6 +150,7 @@ pub async fn queue_stats(options: StatsOptions) -> napi::Result<StatsSample> {
         delay_key: options.delay_key,
         cluster: options.cluster.unwrap_or(false),
         connect_timeout: connect_timeout(options.connect_timeout_ms)?,
+        auto_setup: true,
     };
     Ok(super::stats(&target, options.cursor.as_deref())
         .await?

@@ -36,6 +36,8 @@ pub struct Target {
     pub delay_key: Option<String>,
     pub cluster: bool,
     pub connect_timeout: Duration,
+    /// The transports create a missing table on first use (`autoSetup`).
+    pub auto_setup: bool,
 }
 
 /// The table the SQL transports use by default.
@@ -77,6 +79,7 @@ pub async fn doctor(request: &Target) -> Report {
             dsn: &dsn,
             table: request.table.as_deref().unwrap_or(DEFAULT_TABLE),
             connect_timeout: request.connect_timeout,
+            auto_setup: request.auto_setup,
         };
         sql_doctor::doctor(&mut report, &target).await;
         let table_found = report

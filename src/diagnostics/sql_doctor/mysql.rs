@@ -104,7 +104,7 @@ async fn mysql_checks(report: &mut Report, t: &SqlTarget<'_>, s: &mut SqlSession
     };
     let exists = !rows.is_empty();
     if !exists {
-        table_missing(report, t.table);
+        table_missing(report, t);
     } else {
         report.pass("table", format!("{} exists", t.table));
         let found: Vec<Column> = rows

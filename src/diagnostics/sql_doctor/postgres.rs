@@ -78,7 +78,7 @@ async fn postgres_checks(report: &mut Report, t: &SqlTarget<'_>, s: &mut SqlSess
         return;
     };
     if !found.try_get::<bool, _>("found").unwrap_or(false) {
-        table_missing(report, t.table);
+        table_missing(report, t);
     } else {
         report.pass("table", format!("{} exists", t.table));
         let columns = run!(

@@ -5,6 +5,7 @@ use crate::diagnostics::checks::{judge_version, Report};
 use crate::diagnostics::connect::{bounded, open_sqlite, sql_error, sqlite_file, STATEMENT_BOUND};
 use crate::diagnostics::schema::{judge_columns, judge_index, Column};
 use crate::support::dsn::Dialect;
+use crate::support::error::ErrorKind;
 use sqlx::{Executor, Row};
 
 pub(super) async fn doctor(report: &mut Report, target: &SqlTarget<'_>) {
@@ -15,11 +16,21 @@ pub(super) async fn doctor(report: &mut Report, target: &SqlTarget<'_>) {
             return;
         }
     };
-    let Some((mut conn, ms)) = or_fail(
-        report,
-        "file",
-        open_sqlite(&path, target.connect_timeout).await,
-    ) else {
+    let opened = open_sqlite(&path, target.connect_timeout).await;
+    // A fresh database is a file not made yet: the transports make it on first use.
+    if let Err(err) = &opened {
+        if err.kind == ErrorKind::NotFound && target.auto_setup {
+            report.warn(
+                "file",
+                format!(
+                    "{} does not exist yet: a transport creates it on first use",
+                    path.display()
+                ),
+            );
+            return;
+        }
+    }
+    let Some((mut conn, ms)) = or_fail(report, "file", opened) else {
         return;
     };
     report.pass("file", format!("{} opened in {ms} ms", path.display()));
@@ -73,7 +84,7 @@ pub(super) async fn doctor(report: &mut Report, target: &SqlTarget<'_>) {
     .await;
     if let Some(rows) = or_fail(report, "table", columns) {
         if rows.is_empty() {
-            table_missing(report, target.table);
+            table_missing(report, target);
         } else {
             report.pass("table", format!("{} exists", target.table));
             let found: Vec<Column> = rows

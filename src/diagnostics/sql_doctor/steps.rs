@@ -12,6 +12,8 @@ pub struct SqlTarget<'a> {
     pub dsn: &'a SqlDsn,
     pub table: &'a str,
     pub connect_timeout: Duration,
+    /// The transports create the table on first use (`autoSetup`).
+    pub auto_setup: bool,
 }
 
 pub(super) fn connected(report: &mut Report, target: &SqlTarget<'_>, ms: u128) {
@@ -29,13 +31,23 @@ pub(super) fn or_fail<T>(report: &mut Report, name: &str, result: Result<T>) -> 
     }
 }
 
-pub(super) fn table_missing(report: &mut Report, table: &str) {
-    report.fail(
-        "table",
-        format!(
-            "table {table} does not exist (the transport creates it on setup() or with autoSetup)"
-        ),
-    );
+/// A missing table is what a fresh database has: a warning while the transports create it on
+/// first use (`autoSetup`, the default), a failure when they do not.
+pub(super) fn table_missing(report: &mut Report, target: &SqlTarget<'_>) {
+    let table = target.table;
+    if target.auto_setup {
+        report.warn(
+            "table",
+            format!(
+                "table {table} does not exist yet: a transport creates it on first use (autoSetup)"
+            ),
+        );
+    } else {
+        report.fail(
+            "table",
+            format!("table {table} does not exist, and autoSetup is off: create it (docs/schema.md) or run setup()"),
+        );
+    }
 }
 
 /// `(index_name, column_name)` rows in index and column order → index → columns.
