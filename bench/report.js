@@ -76,7 +76,8 @@ function rows(results, floors = {}) {
         upstreamFailed = ENGINES[engine].upstream === true && !Number.isFinite(upstreamValue);
         met = upstreamFailed ? undefined : spec.lowerIsBetter ? ratio <= t : ratio >= t;
       }
-      if (!ENGINES[engine].upstream) {
+      // An engine with no TypeScript transport has no ratio to meet, only an absolute bound.
+      if (!ENGINES[engine].upstream && spec.absolute?.[engine] === undefined) {
         goal = '';
         met = undefined;
       }

@@ -6,7 +6,7 @@
 
 const { SqlTransport } = require('../..');
 const { postgres, mysql } = require('../support/engines');
-const { startProxy, viaProxy } = require('../faults/support/proxy');
+const { startProxy, viaServerProxy } = require('../faults/support/proxy');
 
 /** How long first contact waits for the pool's first connection before it probes (src/engines/sql/target.rs). */
 const PROBE_GRACE_MS = 50;
@@ -30,7 +30,7 @@ describe.each([
   });
 
   it('opens no connection of its own while the first one opens promptly: every connection stays in the pool', async () => {
-    const transport = new SqlTransport({ dsn: viaProxy(engine.dsn, proxy), ...engine.target('fc') });
+    const transport = new SqlTransport({ dsn: viaServerProxy(engine.dsn, proxy), ...engine.target('fc') });
     try {
       await transport.setup();
       expect(await transport.getMessageCount()).toBe(0);

@@ -9,7 +9,7 @@
 
 const { SqlTransport } = require('../..');
 const { postgres, mysql } = require('../support/engines');
-const { startProxy, viaProxy } = require('../faults/support/proxy');
+const { startProxy, viaServerProxy } = require('../faults/support/proxy');
 const { serializer, envelopeOf, idOf, pollUntil } = require('../support/transport-helpers');
 
 const MESSAGES = 3000;
@@ -64,7 +64,7 @@ describe.each([
     } finally {
       await producer.close();
     }
-    consumer = new SqlTransport({ dsn: viaProxy(engine.dsn, proxy), ...target, serializer: serializer() });
+    consumer = new SqlTransport({ dsn: viaServerProxy(engine.dsn, proxy), ...target, serializer: serializer() });
   }, 60_000);
 
   afterEach(async () => {
@@ -95,7 +95,7 @@ describe.each([
     const events = [];
     await consumer.close();
     consumer = new SqlTransport({
-      dsn: viaProxy(engine.dsn, proxy),
+      dsn: viaServerProxy(engine.dsn, proxy),
       ...target,
       serializer: serializer(),
       logger: { log: (m) => events.push(m), warn: (m) => events.push(m), error: (m) => events.push(m) },
@@ -133,7 +133,7 @@ describe.each([
   beforeEach(async () => {
     proxy = await startProxy({ targetPort: Number(new URL(engine.dsn).port) });
     target = engine.target('kept-send');
-    sender = new SqlTransport({ dsn: viaProxy(engine.dsn, proxy), ...target, serializer: serializer() });
+    sender = new SqlTransport({ dsn: viaServerProxy(engine.dsn, proxy), ...target, serializer: serializer() });
   });
 
   afterEach(async () => {

@@ -65,7 +65,7 @@ pub fn sql_error<D: SqlDialect>(what: &str, err: sqlx::Error, secrets: &[String]
         .redacted(secrets)
 }
 
-/// A server dialect's direct connection (the transport's probe options) and its pool (the
+/// A server dialect's direct connection (the options of the transport's pool) and its pool (the
 /// transport's pool options, with what they run on each new connection), unopened.
 pub struct SqlSession<D: SqlDialect> {
     pub conn: <D::Db as Database>::Connection,
@@ -77,12 +77,13 @@ pub struct SqlSession<D: SqlDialect> {
 pub async fn open_server<D: SqlDialect>(dsn: &SqlDsn, timeout: Duration) -> Result<SqlSession<D>> {
     let board = Arc::new(WakeBoard::default());
     let opened = D::open_target(dsn, timeout, &board, D::DEFAULT_MAX_CONNECTIONS)?;
-    let Some(probe) = opened.probe else {
+    if !D::FACTS.has_server {
         return Err(Error::invalid_argument(format!(
             "{} has no server to connect to.",
             D::FACTS.label
         )));
-    };
+    }
+    let probe = opened.pool.connect_options();
     let start = Instant::now();
     let what = format!("connect to {}", dsn.redacted);
     let conn = bounded(timeout, &what, probe.connect(), |e| {

@@ -344,6 +344,17 @@ function viaProxy(dsn, proxy) {
   return url.toString();
 }
 
+/**
+ * `dsn` through `proxy`, which forwards to the server itself: a PostgreSQL DSN says no pooler
+ * is in between (`pgbouncer=false`), so that the transport takes no second connection on
+ * first contact to look for one, and connection counts are the transport's own.
+ */
+function viaServerProxy(dsn, proxy) {
+  const url = new URL(viaProxy(dsn, proxy));
+  if (/^postgres(ql)?:$/.test(url.protocol)) url.searchParams.set('pgbouncer', 'false');
+  return url.toString();
+}
+
 /** Runs `work` while sampling `proxy`'s live connections every 2 ms; resolves the peak. */
 async function peakConnections(proxy, work) {
   let peak = 0;
@@ -358,4 +369,4 @@ async function peakConnections(proxy, work) {
   return Math.max(peak, proxy.connections);
 }
 
-module.exports = { startProxy, viaProxy, freePort, peakConnections };
+module.exports = { startProxy, viaProxy, viaServerProxy, freePort, peakConnections };

@@ -16,14 +16,12 @@ use crate::support::error::{Cause, Error, Result};
 use futures_util::future::BoxFuture;
 use sqlx::database::Database;
 use sqlx::error::DatabaseError;
-use sqlx::{Connection, Pool};
+use sqlx::Pool;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// The driver connection of a dialect.
 pub type DialectConnection<C> = <<C as Connector>::Db as Database>::Connection;
-/// Options that open one driver connection of a dialect.
-pub type DialectConnectOptions<C> = <DialectConnection<C> as Connection>::Options;
 
 /// Facts about a dialect that the layers above (and JavaScript) branch on, instead of on its
 /// name.
@@ -67,8 +65,10 @@ pub struct OpenedTarget<C: Connector> {
     pub pool: Pool<C::Db>,
     /// When the pool's connections last met a server that takes no writes.
     pub epoch: Arc<super::connection_epoch::ConnectionEpoch>,
-    pub probe: Option<DialectConnectOptions<C>>,
     pub extra: C::Extra,
+    /// What the dialect moves when another process may have changed the tables (see
+    /// `TablePollers::changed_elsewhere`); nothing moves it by default.
+    pub changed_elsewhere: Arc<crate::queue::wake::WakeSignal>,
 }
 
 /// Turns a driver error met on first contact into the user's error for the operation that

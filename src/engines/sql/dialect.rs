@@ -46,6 +46,9 @@ pub trait SqlDialect: Connector {
     /// connection), so a logger hears when it is lost and back.
     fn watch(_queue: &QueueContext<Self>, _counters: &Arc<crate::queue::stats::Counters>) {}
 
+    /// A consumer of the queue starts an idle wait on the table's shared poll.
+    fn idles(_queue: &QueueContext<Self>) {}
+
     /// Whether push wake-ups are live right now for this queue.
     fn push_ready(_queue: &QueueContext<Self>) -> bool {
         false

@@ -6,6 +6,10 @@
 //! messages, leases of claims that may lapse). Idle cost is then one statement per table and
 //! interval, whatever the number of queues.
 //!
+//! Where the database can tell that another process changed it (a SQLite file's writes, a
+//! MySQL/MariaDB sender's wake-up), the target moves [`TablePollers::changed_elsewhere`]: every
+//! table's task then polls at once instead of at its next interval.
+//!
 //! The task exists only while some consumer of the table idles; a failed poll wakes every
 //! registered consumer, so that each meets the failure in its own claim and rides it out as
 //! usual instead of waiting on a poll that cannot answer. So does a poll that has not
@@ -19,7 +23,7 @@
 //! but the driver's [`DueRow`].
 
 use super::driver::{DueRow, SqlResult};
-use crate::queue::wake::WakeBoard;
+use crate::queue::wake::{WakeBoard, WakeSignal};
 use futures_util::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -80,11 +84,21 @@ pub trait PollTarget: Send + Sync + 'static {
 #[derive(Default)]
 pub struct TablePollers {
     tables: Mutex<HashMap<String, Arc<TablePoller>>>,
+    /// Moved when another process may have changed the tables: every poll task polls at once.
+    pub changed_elsewhere: Arc<WakeSignal>,
     /// Ends every poll task when the target closes.
     pub stop: CancellationToken,
 }
 
 impl TablePollers {
+    /// Pollers whose tasks poll at once when `changed_elsewhere` moves.
+    pub fn following(changed_elsewhere: Arc<WakeSignal>) -> Self {
+        Self {
+            changed_elsewhere,
+            ..Self::default()
+        }
+    }
+
     fn poller(&self, table: &str) -> Arc<TablePoller> {
         let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
         tables
@@ -127,6 +141,7 @@ pub fn watch<T: PollTarget>(target: &Arc<T>, table: &str, idle: IdleQueue) -> Id
         tokio::spawn(run(
             Arc::downgrade(target),
             poller.clone(),
+            target.pollers().changed_elsewhere.clone(),
             target.pollers().stop.clone(),
         ));
     } else if shorter {
@@ -194,9 +209,17 @@ impl TablePoller {
 
 /// The poll task of one table: polls every interval (the shortest any registered consumer
 /// asked for) while consumers idle, and wakes queues as their rows come due in between.
-async fn run<T: PollTarget>(target: Weak<T>, poller: Arc<TablePoller>, stop: CancellationToken) {
+async fn run<T: PollTarget>(
+    target: Weak<T>,
+    poller: Arc<TablePoller>,
+    changed_elsewhere: Arc<WakeSignal>,
+    stop: CancellationToken,
+) {
     let started = Instant::now();
     let mut next_poll = started;
+    // A change elsewhere after this is polled for: read before each poll, so that one made
+    // while it ran is not lost.
+    let mut seen_elsewhere = changed_elsewhere.seq();
     loop {
         let (interval, next_due) = {
             let mut state = poller.lock();
@@ -217,6 +240,7 @@ async fn run<T: PollTarget>(target: Weak<T>, poller: Arc<TablePoller>, stop: Can
                 poller.lock().running = false;
                 return;
             };
+            seen_elsewhere = changed_elsewhere.seq();
             poll_once(target.as_ref(), &poller, started, stale_after(interval)).await;
             next_poll = Instant::now() + interval;
             continue;
@@ -224,6 +248,10 @@ async fn run<T: PollTarget>(target: Weak<T>, poller: Arc<TablePoller>, stop: Can
         let until = next_due.map_or(next_poll, |due| due.min(next_poll));
         tokio::select! {
             _ = tokio::time::sleep_until(until.into()) => {}
+            _ = changed_elsewhere.changed(seen_elsewhere) => {
+                next_poll = Instant::now();
+                continue;
+            }
             _ = poller.changed.notified() => {
                 // A shorter interval takes effect from the last poll.
                 let interval = poller.lock().interval().unwrap_or(interval);

@@ -10,7 +10,7 @@
 
 use super::claim_doubt::{InDoubt, RecentClaims};
 pub use super::connection_epoch::ConnectionEpoch;
-use super::connector::{Connector, DialectConnectOptions, OpenedTarget};
+use super::connector::{Connector, OpenedTarget};
 use super::driver::{DueRow, Runner, SqlResult};
 use super::errors::{driver_error, no_answer, outcome_unknown, statement_outcome, Failure};
 use super::kept_connection::KeptConnection;
@@ -63,7 +63,6 @@ pub struct SqlTarget<D: Connector> {
     pub pool: Pool<D::Db>,
     /// When the pool's connections last became unfit (see [`ConnectionEpoch`]).
     pub epoch: Arc<ConnectionEpoch>,
-    probe: Option<DialectConnectOptions<D>>,
     pub connect_timeout: Duration,
     /// The most connections this process opens to the DSN (`maxConnections`).
     pub max_connections: u32,
@@ -115,22 +114,21 @@ impl<D: Connector> SqlTarget<D> {
             let OpenedTarget {
                 pool,
                 epoch,
-                probe,
                 extra,
+                changed_elsewhere,
             } = D::open_target(dsn, connect_timeout, &board, budget)?;
             Ok(Self {
                 registry,
                 key,
                 pool,
                 epoch,
-                probe,
                 connect_timeout,
                 max_connections: budget,
                 secrets: dsn.secrets.clone(),
                 board,
                 hand_offs: ByQueue::default(),
                 in_doubt: ByQueue::default(),
-                pollers: TablePollers::default(),
+                pollers: TablePollers::following(changed_elsewhere),
                 first_contact: FirstContact::default(),
                 connection_failed_at: Mutex::new(None),
                 recent_claims: RecentClaims::default(),
@@ -164,7 +162,7 @@ impl<D: Connector> SqlTarget<D> {
 
     /// Whether the server has answered once (always, for an embedded database).
     pub fn reached(&self) -> bool {
-        self.probe.is_none() || self.first_contact.reached()
+        !D::FACTS.has_server || self.first_contact.reached()
     }
 
     /// Until the server has answered once, lets the dialect check the server on the pool's
@@ -173,9 +171,11 @@ impl<D: Connector> SqlTarget<D> {
     /// with its real cause (the pool retries a refused port silently until its timeout).
     pub async fn ensure_reachable(&self, op: &str) -> Result<()> {
         D::before_first_contact(&self.extra).await;
-        let Some(probe) = &self.probe else {
+        if !D::FACTS.has_server {
             return Ok(());
-        };
+        }
+        // Where the pool connects now (a DSN's hosts may have been looked over).
+        let probe = self.pool.connect_options();
         let error = |err: &sqlx::Error| self.error(op, err);
         self.first_contact
             .ensure(|| async {

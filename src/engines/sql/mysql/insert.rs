@@ -10,6 +10,7 @@ use crate::engines::sql::driver::SqlResult;
 use crate::engines::sql::queue_context::QueueContext;
 use crate::queue::engine::NewMessage;
 use crate::support::error::{Error, Result};
+use sqlx::pool::PoolConnection;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 
@@ -70,7 +71,7 @@ pub async fn insert_once(
             .execute(&mut *conn)
             .await?;
         ids.extend(ids_of(done.last_insert_id(), chunk.len()));
-        queue.target.send_connection.keep(conn);
+        woken_and_kept(queue, conn).await;
         return Ok(ids);
     }
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
@@ -83,8 +84,25 @@ pub async fn insert_once(
         ids.extend(ids_of(done.last_insert_id(), chunk.len()));
     }
     tx.commit().await?;
-    queue.target.send_connection.keep(conn);
+    woken_and_kept(queue, conn).await;
     Ok(ids)
+}
+
+/// After a committed insert: other processes' idle consumers are woken over the send's
+/// connection, which is then kept for the next send (unless it failed meanwhile).
+async fn woken_and_kept(queue: &QueueContext<MySql>, mut conn: PoolConnection<sqlx::MySql>) {
+    if queue
+        .target
+        .extra
+        .wake_ups
+        .wake_others(&mut conn)
+        .await
+        .is_ok()
+    {
+        queue.target.send_connection.keep(conn);
+    } else {
+        conn.close_on_drop();
+    }
 }
 
 /// The multi-row INSERT for `chunk`; the delay travels in microseconds, the text as bytes

@@ -12,6 +12,7 @@ mod server_clock;
 mod statements;
 mod text_columns;
 mod version;
+mod wake_ups;
 
 use crate::engines::sql::claim_doubt::ClaimAttempt;
 use crate::engines::sql::connector::{
@@ -25,7 +26,7 @@ use crate::engines::sql::queue_context::QueueContext;
 use crate::engines::sql::retry::with_rollback_retry;
 use crate::engines::sql::target::{
     invalid_dsn, pool_share, server_pool_options, with_session_setup, ConnectionEpoch, SqlTarget,
-    MAX_POOL_CONNECTIONS,
+    MAX_POOL_CONNECTIONS, MIN_POOL_CONNECTIONS,
 };
 use crate::queue::engine::{Held, NewMessage, StoredMessage};
 use crate::queue::wake::WakeBoard;
@@ -55,6 +56,11 @@ pub struct MySqlExtra {
     name_columns: name_column::NameColumns,
     /// The server's clock, which sends stored claimed stamp their claims from.
     clock: server_clock::ServerClock,
+    /// Wake-ups to and from other processes' idle consumers (see `wake_ups`).
+    wake_ups: Arc<wake_ups::WakeUps>,
+    /// Whether the budget leaves a connection for the sleeper beside what claims, acks,
+    /// sends and polls keep.
+    sleeps: bool,
 }
 
 static TARGETS: LazyLock<Targets<SqlTarget<MySql>>> = LazyLock::new(Targets::default);
@@ -81,6 +87,7 @@ impl Connector for MySql {
         max_connections: u32,
     ) -> Result<OpenedTarget<Self>> {
         let pool_max = pool_share(max_connections, 0, "")?;
+        let changed_elsewhere = Arc::<crate::queue::wake::WakeSignal>::default();
         let options = MySqlConnectOptions::from_str(&dsn.driver_url)
             .map_err(|e| invalid_dsn(dsn, e))?
             // Keep the server's session defaults (time zone above all): see the module doc.
@@ -99,22 +106,29 @@ impl Connector for MySql {
             server_pool_options(connect_timeout, pool_max, epoch.clone()),
             Some("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"),
         )
-        .connect_lazy_with(options.clone());
+        .connect_lazy_with(options);
         Ok(OpenedTarget {
             pool,
             epoch,
-            probe: Some(options),
             extra: MySqlExtra {
                 max_packet: AtomicU64::new(16 * 1024 * 1024),
                 id_step: AtomicU64::new(1),
                 text_columns: text_columns::TextColumns::default(),
                 name_columns: name_column::NameColumns::default(),
                 clock: server_clock::ServerClock::default(),
+                wake_ups: wake_ups::WakeUps::new(changed_elsewhere.clone()),
+                sleeps: pool_max > MIN_POOL_CONNECTIONS,
             },
+            changed_elsewhere,
         })
     }
 
     /// Checks the server version and reads the settings batching depends on.
+    fn close_target(extra: &MySqlExtra) -> BoxFuture<'_, ()> {
+        extra.wake_ups.close();
+        Box::pin(async {})
+    }
+
     fn first_contact<'a>(
         conn: &'a mut DialectConnection<Self>,
         extra: &'a MySqlExtra,
@@ -211,6 +225,13 @@ impl SqlDialect for MySql {
             .await
             .map_err(|e| queue.target.write_error("send", "the messages", &e))
         })
+    }
+
+    /// The process's sleeper wakes the table polls when another process sends.
+    fn idles(queue: &QueueContext<Self>) {
+        if queue.target.extra.sleeps {
+            queue.target.extra.wake_ups.idles(&queue.target.pool);
+        }
     }
 
     fn insert_claimed<'a>(

@@ -14,7 +14,9 @@ mod statements;
 mod tls_modes;
 
 use crate::engines::sql::claim_doubt::ClaimAttempt;
-use crate::engines::sql::connector::{Connector, DialectFacts, OpenedTarget, TableStatements};
+use crate::engines::sql::connector::{
+    Connector, ContactError, DialectFacts, OpenedTarget, TableStatements,
+};
 use crate::engines::sql::dialect::{renew_returning, ClaimedInsert, SqlDialect};
 use crate::engines::sql::driver::{rows_on, Driver, SqlResult};
 use crate::engines::sql::errors::Failure;
@@ -32,7 +34,7 @@ use crate::support::targets::Targets;
 use futures_util::future::BoxFuture;
 use listener::PgNotifyListener;
 use sqlx::error::DatabaseError;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Row};
 use statements::PgStatements;
 use std::str::FromStr;
@@ -49,6 +51,8 @@ pub struct PgExtra {
     /// used once a transaction pooler is found there.
     listens_through_dsn: bool,
     pooler: Arc<pooler::Pooler>,
+    /// The target's pool, for first contact's look at a pooler in between.
+    pool: PgPool,
     /// The DSN's hosts, and which of them the pool connects to.
     hosts: Arc<hosts::Hosts>,
 }
@@ -123,11 +127,7 @@ impl Connector for Postgres {
         )?;
         let hosts = Arc::new(host_options(dsn, connect_timeout)?);
         let options = hosts.first().clone();
-        let pooler = Arc::new(pooler::Pooler::new(
-            said_pooled,
-            options.clone(),
-            connect_timeout,
-        ));
+        let pooler = Arc::new(pooler::Pooler::new(said_pooled, &options));
         let epoch = Arc::new(ConnectionEpoch::default());
         let (checked_hosts, on_connect) = (hosts.clone(), pooler.clone());
         let pool = server_pool_options(connect_timeout, pool_max, epoch.clone())
@@ -175,19 +175,29 @@ impl Connector for Postgres {
             }
             PgNotifyListener::new(listener_pool, board.clone())
         });
-        // With several hosts, the first to connect to is found before first contact
-        // (`before_first_contact`); a probe of the first host could fail for nothing.
-        let probe = (!hosts.several()).then_some(options);
         Ok(OpenedTarget {
-            pool,
+            pool: pool.clone(),
             epoch,
-            probe,
             extra: PgExtra {
                 listener,
                 listens_through_dsn,
                 pooler,
+                pool: pool.clone(),
                 hosts,
             },
+            changed_elsewhere: Arc::default(),
+        })
+    }
+
+    /// Finds out whether a transaction pooler is in between (see `pooler`).
+    fn first_contact<'a>(
+        conn: &'a mut PgConnection,
+        extra: &'a PgExtra,
+        _error: ContactError<'a>,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            extra.pooler.first_contact(conn, &extra.pool).await;
+            Ok(())
         })
     }
 

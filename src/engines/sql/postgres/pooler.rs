@@ -15,20 +15,21 @@
 //!
 //! Session mode needs none of this: a client keeps its server connection for its whole life.
 //!
-//! Found out by the backends that answer (see [`Pooler::detect`]): two sessions of a server
-//! never share a backend, and a session never changes backend; through a transaction pooler,
-//! two client connections are lent the same one, or one is lent another between statements.
+//! Found out on first contact by the backends that answer (see [`Pooler::look`]): two sessions
+//! of a server never share a backend, and a session never changes backend; through a
+//! transaction pooler, two client connections are lent the same one, or one is lent another
+//! between statements. A server that says it answers on the DSN's own loopback address and
+//! port is taken at its word, and costs no second connection.
 //! Should a pooler escape that, its first prepared-statement error (42P05, 26000) says it: the
 //! statement did not run, and is repeated on a new connection, pooler-safe.
 
-use super::session_defaults::SESSION_SETUP;
+use super::session_defaults::{is_loopback, SESSION_SETUP};
 use crate::queue::stats::{Counters, Level};
 use sqlx::error::DatabaseError;
-use sqlx::postgres::{PgConnectOptions, PgConnection};
-use sqlx::{ConnectOptions, Connection, Executor, Row};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
+use sqlx::{Executor, Row};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, Weak};
-use std::time::Duration;
 use tokio::sync::OnceCell;
 
 /// The DSN parameter, as Prisma spells it.
@@ -63,25 +64,27 @@ pub fn said_pooled(driver_url: &str) -> Result<Option<bool>, String> {
 pub struct Pooler {
     /// The DSN's `pgbouncer` parameter, if it has one.
     said: Option<bool>,
-    /// Found out on a connection (only when the DSN is silent).
+    /// Found out on first contact (only when the DSN is silent).
     detected: AtomicBool,
-    /// The detection, run once by the target's first connection.
-    detection: OnceCell<()>,
-    /// Where the detection opens its second connection.
-    options: PgConnectOptions,
-    connect_timeout: Duration,
+    /// First contact's look, run once: until it has, no session setting is made (the
+    /// connection may be a pooler's, lent to others next).
+    looked: OnceCell<()>,
+    /// Whether the DSN names a loopback host, and its port: a server that says it answers
+    /// there is not behind a pooler, and is not looked at further.
+    loopback_port: Option<u16>,
     /// Queues told once that their idle consumers poll.
     polling: PollingNotice,
 }
 
 impl Pooler {
-    pub fn new(said: Option<bool>, options: PgConnectOptions, connect_timeout: Duration) -> Self {
+    pub fn new(said: Option<bool>, options: &PgConnectOptions) -> Self {
+        let on_loopback = options.get_socket().is_none() && is_loopback(options.get_host());
+        let loopback_port = on_loopback.then(|| options.get_port());
         Self {
             said,
             detected: AtomicBool::new(false),
-            detection: OnceCell::new(),
-            options,
-            connect_timeout,
+            looked: OnceCell::new(),
+            loopback_port,
             polling: PollingNotice::default(),
         }
     }
@@ -98,41 +101,56 @@ impl Pooler {
         self.said == Some(true)
     }
 
-    /// Run on each new connection of the target's pool: the first one finds out whether a
-    /// transaction pooler is in between (when the DSN is silent), and every one gets the
-    /// session setup unless one is.
+    /// Run on each new connection of the target's pool: the session setup, once it is known
+    /// that no transaction pooler is in between.
     pub async fn on_connect(&self, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-        if self.said.is_none() {
-            self.detection.get_or_try_init(|| self.detect(conn)).await?;
-        }
-        if !self.transaction_pooled() {
+        let known = self.said.is_some() || self.looked.initialized();
+        if known && !self.transaction_pooled() {
             conn.execute(SESSION_SETUP).await?;
         }
         Ok(())
     }
 
-    /// Asks `conn`'s backend, then a second connection's (while `conn` is open), then
-    /// `conn`'s again. On a server the three answers name two backends, the first and last
-    /// the same; through a transaction pooler the second connection is lent the backend
-    /// `conn` just gave back (poolers hand out the last one returned first), or `conn` is
-    /// lent the second's.
-    async fn detect(&self, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-        let first = backend_of(conn).await?;
-        let second = match tokio::time::timeout(self.connect_timeout, self.options.connect()).await
-        {
-            Ok(Ok(mut other)) => {
-                let pid = backend_of(&mut other).await;
-                let _ = other.close().await;
-                pid?
-            }
-            Ok(Err(err)) => return Err(err),
-            Err(_) => return Err(sqlx::Error::PoolTimedOut),
+    /// On first contact, when the DSN is silent: finds out whether a transaction pooler is in
+    /// between (see [`Pooler::look`]). A look that fails finds nothing (the error fallback of
+    /// [`Pooler::hears`] remains).
+    pub async fn first_contact(&self, conn: &mut PgConnection, pool: &PgPool) {
+        if self.said.is_none() {
+            self.looked
+                .get_or_init(|| async {
+                    if let Ok(true) = self.look(conn, pool).await {
+                        self.found();
+                    }
+                })
+                .await;
+        }
+    }
+
+    /// Asks `conn`'s backend where it answers: on the DSN's own loopback port, nothing is in
+    /// between. Else asks a second connection's backend (while `conn` is open), then `conn`'s
+    /// again. On a server the three answers name two backends, the first and last the same;
+    /// through a transaction pooler the second connection is lent the backend `conn` just
+    /// gave back (poolers hand out the last one returned first), or `conn` is lent the
+    /// second's.
+    async fn look(&self, conn: &mut PgConnection, pool: &PgPool) -> Result<bool, sqlx::Error> {
+        let row = conn
+            .fetch_one("SELECT pg_backend_pid(), inet_server_port(), host(inet_server_addr())")
+            .await?;
+        let first: i32 = row.try_get(0)?;
+        let port: Option<i32> = row.try_get(1)?;
+        let address: Option<String> = row.try_get(2)?;
+        let answers_here = self.loopback_port.is_some_and(|dsn_port| {
+            port == Some(i32::from(dsn_port)) && address.as_deref().is_some_and(is_loopback)
+        });
+        if answers_here {
+            return Ok(false);
+        }
+        let second = {
+            let mut other = pool.acquire().await?;
+            backend_of(&mut other).await?
         };
         let again = backend_of(conn).await?;
-        if second == first || again != first {
-            self.found();
-        }
-        Ok(())
+        Ok(second == first || again != first)
     }
 
     fn found(&self) {

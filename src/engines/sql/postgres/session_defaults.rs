@@ -29,7 +29,8 @@ pub fn plain_on_loopback(options: PgConnectOptions, driver_url: &str) -> PgConne
     options.ssl_mode(PgSslMode::Disable)
 }
 
-fn is_loopback(host: &str) -> bool {
+/// Whether `host` names this machine (`localhost`, a loopback address).
+pub(super) fn is_loopback(host: &str) -> bool {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     bare.eq_ignore_ascii_case("localhost")
         || bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())

@@ -1,8 +1,10 @@
 //! SQLite, the embedded default: one file, no server. WAL, a busy timeout, and one write
-//! transaction per claim, so several processes can share a file. Idle consumers poll, and a
-//! send in this process wakes this process's consumers at once.
+//! transaction per claim, so several processes can share a file. Idle consumers poll; a send
+//! in this process wakes this process's consumers at once, and another process's commit wakes
+//! their poll as the file changes (`file_watch`).
 
 mod errors;
+mod file_watch;
 mod location;
 mod statements;
 
@@ -36,7 +38,8 @@ static TARGETS: LazyLock<Targets<SqlTarget<Sqlite>>> = LazyLock::new(Targets::de
 
 impl Connector for Sqlite {
     type Db = sqlx::Sqlite;
-    type Extra = ();
+    /// The watch of the database file (none in memory, or where the platform has none).
+    type Extra = Option<file_watch::FileWatch>;
     type Statements = SqliteStatements;
 
     const FACTS: DialectFacts = DialectFacts {
@@ -65,7 +68,13 @@ impl Connector for Sqlite {
         max_connections: u32,
     ) -> Result<OpenedTarget<Self>> {
         let pool_max = pool_share(max_connections, 0, "")?;
-        let (options, min_connections) = match parse_sqlite_location(&dsn.driver_url)? {
+        let changed_elsewhere = Arc::<crate::queue::wake::WakeSignal>::default();
+        let location = parse_sqlite_location(&dsn.driver_url)?;
+        let watch = match &location {
+            SqliteLocation::File(path) => file_watch::watch(path, changed_elsewhere.clone()),
+            SqliteLocation::Memory => None,
+        };
+        let (options, min_connections) = match location {
             SqliteLocation::File(path) => (
                 SqliteConnectOptions::new()
                     .filename(path)
@@ -106,8 +115,8 @@ impl Connector for Sqlite {
             pool,
             // A file takes writes or fails: it is never a demoted writer.
             epoch: Arc::default(),
-            probe: None,
-            extra: (),
+            extra: watch,
+            changed_elsewhere,
         })
     }
 

@@ -120,6 +120,7 @@ impl<D: SqlDialect> TableQueue<D> {
         ticket: &mut Option<Ticket<Vec<StoredMessage>>>,
     ) -> WaitOutcome {
         let interval = self.cx.config.poll_interval;
+        D::idles(&self.cx);
         let watch = table_poller::watch(
             &self.cx.target,
             &self.cx.config.table,
