@@ -70,6 +70,7 @@ class NativeTransport {
     this.#name = name;
     this.#label = label;
     this.#telemetry = telemetryFor(messaging.system, messaging.destination);
+    this.#telemetry?.watch(this);
     const context = `${label} transport "${name}"`;
     if (logger !== false) this.#events = new EventLog(queue, logger ?? nestLogger(context), context);
   }
@@ -361,6 +362,7 @@ class NativeTransport {
 
   async #close() {
     this.#closing = true;
+    this.#telemetry?.unwatch();
     this.#queue.beginClose();
     await this.#settles.drained();
     try {
