@@ -190,12 +190,15 @@ export interface SqlTransportOptions {
   /** Bytes (bodies and headers) of sends that may wait to be written; default 64 MiB. */
   readonly maxQueuedSendBytes?: number;
   /**
-   * A NestJS `LoggerService`-shaped object. Without it the transport is silent; with it, it
-   * reports a lost and re-established connection (PostgreSQL's LISTEN connection included),
-   * failing write-behind acks, a server refusing the consumer (credentials), and each poison
-   * message removed (its id and type, never its body).
+   * Where the transport reports a lost and re-established connection (PostgreSQL's LISTEN
+   * connection included), failing write-behind acks, a server refusing the consumer
+   * (credentials), and each poison message removed (its id and type, never its body).
+   * A NestJS `LoggerService`-shaped object gets every line. Left out, Nest's own `Logger` (with
+   * the transport as its context) does when the app has `@nestjs/common`, so the lines go where
+   * the app's do; without NestJS, warnings and errors are process warnings with a stable `code`
+   * (`NMN_CONNECTION_LOST`, …) and plain log lines are dropped. `false`: silent.
    */
-  readonly logger?: TransportLogger;
+  readonly logger?: TransportLogger | false;
 }
 
 /**
@@ -326,12 +329,15 @@ export interface RedisStreamsTransportOptions {
   /** Bytes (bodies and headers) of sends that may wait to be written; default 64 MiB. */
   readonly maxQueuedSendBytes?: number;
   /**
-   * A NestJS `LoggerService`-shaped object. Without it the transport is silent; with it, it
-   * reports a lost and re-established connection (PostgreSQL's LISTEN connection included),
-   * failing write-behind acks, a server refusing the consumer (credentials), and each poison
-   * message removed (its id and type, never its body).
+   * Where the transport reports a lost and re-established connection (PostgreSQL's LISTEN
+   * connection included), failing write-behind acks, a server refusing the consumer
+   * (credentials), and each poison message removed (its id and type, never its body).
+   * A NestJS `LoggerService`-shaped object gets every line. Left out, Nest's own `Logger` (with
+   * the transport as its context) does when the app has `@nestjs/common`, so the lines go where
+   * the app's do; without NestJS, warnings and errors are process warnings with a stable `code`
+   * (`NMN_CONNECTION_LOST`, …) and plain log lines are dropped. `false`: silent.
    */
-  readonly logger?: TransportLogger;
+  readonly logger?: TransportLogger | false;
 }
 
 /**

@@ -5,10 +5,16 @@
 // signal finishes and its write-behind ack is written, the prefetched rows are given back at
 // once, and the process then ends by the signal Nest re-raises. When nobody closes the
 // transport, Nest re-raises the signal at once: the running handler's message and the
-// prefetched rows stay claimed until their lease. docs/nestjs.md describes both.
+// prefetched rows stay claimed until their lease. docs/nestjs.md describes both. The app runs
+// with no `logger` option, so its transport's lines go to Nest's Logger, which the app created
+// with `logger: false`: nothing is printed. Run by jest with the repository's NestJS and by
+// `npm run test:nest` with NestJS 10, 11 and 12 (the forked app inherits the NODE_OPTIONS that
+// resolve NestJS from that major's install; it reports the version it loaded).
 
+const assert = require('node:assert/strict');
 const path = require('node:path');
 const { fork } = require('node:child_process');
+const { describe, it, beforeAll, afterAll, nest } = require('../support/nest-suite');
 const { SqlTransport } = require('../..');
 const { sqlite } = require('../support/engines');
 const { settleWithin } = require('../faults/support/account');
@@ -46,7 +52,7 @@ async function sigtermDuringHandler(dsn, target, env = {}) {
   }
 }
 
-describe('sqlite: SIGTERM to a Nest app with shutdown hooks', () => {
+describe(`sqlite: SIGTERM to a Nest app (@nestjs/core ${nest.versions.core}) with shutdown hooks`, () => {
   let dsn;
   beforeAll(async () => {
     await sqlite.requireServer();
@@ -67,15 +73,16 @@ describe('sqlite: SIGTERM to a Nest app with shutdown hooks', () => {
   it('closed in onApplicationShutdown: the handler finishes, its ack is written, the prefetched rows are given back', async () => {
     const target = sqlite.target('ns');
     const { said, exit, output } = await sigtermDuringHandler(dsn, target);
-    expect({ exit, said: said.map((m) => Object.keys(m)[0]) }).toEqual({ exit: 'SIGTERM', said: ['handling', 'handled', 'closed'] });
-    expect(said[0].buffered).toBeGreaterThan(0);
-    expect({ claimable: await claimable(target), output }).toEqual({ claimable: COUNT - 1, output: '' });
+    assert.deepEqual({ exit, said: said.map((m) => Object.keys(m)[0]) }, { exit: 'SIGTERM', said: ['handling', 'handled', 'closed'] });
+    assert.equal(said[0].nest, nest.versions.core);
+    assert.ok(said[0].buffered > 0, `buffered: ${said[0].buffered}`);
+    assert.deepEqual({ claimable: await claimable(target), output }, { claimable: COUNT - 1, output: '' });
   }, 40_000);
 
   it('not closed: the process ends at once, the handled and prefetched messages stay claimed', async () => {
     const target = sqlite.target('ns');
     const { said, exit } = await sigtermDuringHandler(dsn, target, { NO_CLOSE: '1' });
-    expect({ exit, said: said.map((m) => Object.keys(m)[0]) }).toEqual({ exit: 'SIGTERM', said: ['handling'] });
-    expect(await claimable(target)).toBe(COUNT - 1 - said[0].buffered);
+    assert.deepEqual({ exit, said: said.map((m) => Object.keys(m)[0]) }, { exit: 'SIGTERM', said: ['handling'] });
+    assert.equal(await claimable(target), COUNT - 1 - said[0].buffered);
   }, 40_000);
 });

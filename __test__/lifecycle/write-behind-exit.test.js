@@ -7,8 +7,8 @@
 // while the consumer acks and returns: the process must still be there when the lock goes, and
 // every acked message must be gone afterwards. Not for ever: when the deletes stay blocked past
 // one write's bound (plus a second), the process reports the acks it could not write (a process
-// warning, with no logger) and exits by itself; the messages of acks that were not written are
-// delivered again.
+// warning: the consumer is a plain Node.js process, with no logger and no @nestjs/common) and
+// exits by itself; the messages of acks that were not written are delivered again.
 
 const path = require('node:path');
 const { fork } = require('node:child_process');
@@ -16,6 +16,7 @@ const { WRITE_STALLS } = require('../support/write-stalls');
 const { settleWithin } = require('../faults/support/account');
 
 const CONSUMER = path.join(__dirname, 'support', 'ack-then-end.js');
+const HIDE_MODULE = path.join(__dirname, '..', 'support', 'hide-module.js');
 const COUNT = 20;
 /** How long the test keeps the deletes blocked after the consumer acked and returned. */
 const HELD_MS = 1500;
@@ -27,10 +28,11 @@ const WRITE_BOUND_MS = { postgres: 11_000, mysql: 11_000, sqlite: 11_000, redis:
 /** Forks the consumer for `setup` with more transport `options`; its output and its exit. */
 function forkConsumer(engine, setup, options = {}) {
   const child = fork(CONSUMER, [], {
-    execArgv: [],
+    execArgv: ['--require', HIDE_MODULE],
     silent: true,
     env: {
       ...process.env,
+      HIDE_MODULE: '@nestjs/common',
       KIND: engine.name === 'redis' ? 'redis' : 'sql',
       DSN: setup.dsn,
       TARGET: JSON.stringify(setup.target),

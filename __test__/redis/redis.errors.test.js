@@ -144,7 +144,7 @@ describe(engine.auth.title, () => {
     }
   });
 
-  it('logs nothing at all, and never the password, in a process that fails to authenticate', () => {
+  it('reports the refusal once, and never the password, in a process that fails to authenticate', () => {
     const result = runWithReport(
       `
       const t = new RedisStreamsTransport({ dsn: process.env.DSN, stream: 'child' });
@@ -164,7 +164,12 @@ describe(engine.auth.title, () => {
     );
     expect(result.status).toBe(0);
     expect(result.stdout).toBe('send TransportConnectionError\nget TransportConnectionError\nclosed\n');
-    expect(result.stderr).toBe('');
+    // The one line the transport prints: the refusal, through Nest's Logger (the default in an
+    // app with @nestjs/common), at error level.
+    expect(result.stderr.trim().split('\n')).toEqual([
+      expect.stringMatching(/ERROR.*\[Redis transport "child"\].*The server refused the consumer: .*authentication failed/i),
+    ]);
+    expect(result.stderr).not.toContain(WRONG);
     expect(result.report).not.toContain(WRONG);
   }, 20000);
 });

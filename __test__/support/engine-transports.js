@@ -1,16 +1,18 @@
 'use strict';
 
-// Jest hooks for a file that runs one engine's transports on targets of their own: the server
+// Hooks for a file that runs one engine's transports on targets of their own: the server
 // required, the file's DSN made (and removed), every transport closed and every target removed
-// after each test.
+// after each test. Jest's hooks, or those of another runner (support/nest-suite.js) given as
+// `hooks`.
 
 const { closeAll, serializer } = require('./transport-helpers');
 
 /**
  * @param {object} engine an engine adapter (support/engines/)
  * @param {string} prefix names this file's DSN (SQLite) and targets
+ * @param {{ beforeAll: Function, afterEach: Function, afterAll: Function }} [hooks] jest's by default
  */
-function engineTransports(engine, prefix) {
+function engineTransports(engine, prefix, { beforeAll, afterEach, afterAll } = globalThis) {
   const transports = [];
   const targets = [];
   let dsn;

@@ -2,7 +2,8 @@
 
 // OpenTelemetry metrics on every engine, read back through the SDK's in-memory
 // exporter: exact sent and consumed counts, the send and receive (claim) durations, the
-// messaging semantic conventions' names, units and attributes, `error.type` on a failed send.
+// messaging semantic conventions' names, units and attributes, `error.type` on a failed send;
+// the stats() figures and the queue depth as gauges, summed over a destination's transports.
 // And, in a process where `@opentelemetry/api` cannot be resolved, transports that work and
 // look for it once, at load, never again.
 
@@ -30,6 +31,14 @@ const { runChild } = require('../support/child');
 
 const SYSTEMS = { postgres: 'postgresql', mysql: 'mysql', sqlite: 'sqlite', redis: 'redis' };
 const SENDS = 5;
+const GAUGES = [
+  'nestjs_messenger.transport.in_flight',
+  'nestjs_messenger.transport.buffered',
+  'nestjs_messenger.transport.pending_acks',
+  'nestjs_messenger.transport.stale_settles',
+  'nestjs_messenger.transport.reconnects',
+  'nestjs_messenger.queue.depth',
+];
 
 /** This package's metrics as exported now (cumulative since the provider was registered). */
 async function exportedMetrics() {
@@ -108,6 +117,51 @@ describe.each([postgres, mysql, sqlite, redis])('$name: OpenTelemetry metrics', 
     expect(claimDurations.sum).toBeGreaterThan(0);
   }, 20000);
 
+  it('publishes the stats() figures as gauges, per destination, until the transport closes', async () => {
+    const t = transports.open();
+    const target = transports.lastTarget;
+    const destination = target.queueName ?? target.stream;
+    for (let i = 0; i < 4; i += 1) await t.send(envelopeOf(`g${i}`));
+    // Two delivered and not settled; the loop's end gives back what it prefetched.
+    const delivered = await receiveUpTo(t, 2, 5000);
+    expect(delivered).toHaveLength(2);
+    const depth = await t.getMessageCount();
+    expect({ depth, ...t.stats() }).toMatchObject({ depth: 2, inFlight: 2, buffered: 0, pendingAcks: 0, staleSettles: 0, reconnects: 0 });
+
+    const attributes = { 'messaging.system': SYSTEMS[engine.name], 'messaging.destination.name': destination };
+    const gauges = async () => {
+      const scope = await exportedMetrics();
+      const of = (name) => (scope.metrics.some((m) => m.descriptor.name === name) ? pointsOf(scope, name, destination) : []);
+      return Object.fromEntries(GAUGES.map((name) => [name, of(name)]));
+    };
+    expect(await gauges()).toEqual({
+      'nestjs_messenger.transport.in_flight': [[attributes, 2]],
+      'nestjs_messenger.transport.buffered': [[attributes, 0]],
+      'nestjs_messenger.transport.pending_acks': [[attributes, 0]],
+      'nestjs_messenger.transport.stale_settles': [[attributes, 0]],
+      'nestjs_messenger.transport.reconnects': [[attributes, 0]],
+      'nestjs_messenger.queue.depth': [[attributes, 2]],
+    });
+
+    // A second transport on the same destination adds its figures to the same points.
+    const second = transports.track(new engine.Transport({ dsn: transports.dsn, serializer: serializer(), ...target }));
+    const [third] = await receiveUpTo(second, 1, 5000);
+    const summed = await gauges();
+    expect(summed['nestjs_messenger.transport.in_flight']).toEqual([[attributes, 3]]);
+    expect(summed['nestjs_messenger.queue.depth']).toEqual([[attributes, 1]]);
+
+    for (const envelope of delivered) await t.ack(envelope);
+    await second.ack(third);
+    await t.close();
+    await second.close();
+    // Nothing of this process is on the destination any more: its figures read 0. (The depth
+    // is no longer read; a cumulative export keeps its last value.)
+    const closed = await gauges();
+    for (const name of GAUGES.filter((g) => g.startsWith('nestjs_messenger.transport.'))) {
+      expect([name, closed[name]]).toEqual([name, [[attributes, 0]]]);
+    }
+  }, 20000);
+
   it('names its instruments, units and meter per the conventions', async () => {
     const t = transports.open();
     await t.send(envelopeOf('x'));
@@ -121,6 +175,12 @@ describe.each([postgres, mysql, sqlite, redis])('$name: OpenTelemetry metrics', 
       'messaging.client.sent.messages': ['{message}', DataPointType.SUM],
       'messaging.client.consumed.messages': ['{message}', DataPointType.SUM],
       'messaging.client.operation.duration': ['s', DataPointType.HISTOGRAM],
+      'nestjs_messenger.transport.in_flight': ['{message}', DataPointType.GAUGE],
+      'nestjs_messenger.transport.buffered': ['{message}', DataPointType.GAUGE],
+      'nestjs_messenger.transport.pending_acks': ['{ack}', DataPointType.GAUGE],
+      'nestjs_messenger.transport.stale_settles': ['{settle}', DataPointType.GAUGE],
+      'nestjs_messenger.transport.reconnects': ['{reconnect}', DataPointType.GAUGE],
+      'nestjs_messenger.queue.depth': ['{message}', DataPointType.GAUGE],
     });
   });
 

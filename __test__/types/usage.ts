@@ -80,6 +80,13 @@ const transport = new SqlTransport(options);
 // @ts-expect-error a logger needs log, warn and error
 new SqlTransport({ dsn: 'postgres://localhost/app', logger: { log: () => undefined } });
 
+// `false` silences a transport; no `logger` (or undefined) is the default (Nest's Logger, else
+// process warnings); `true` means nothing.
+new SqlTransport({ dsn: 'postgres://localhost/app', logger: false });
+new RedisStreamsTransport({ dsn: 'redis://localhost:6379', stream: 'messenger:events', logger: false });
+// @ts-expect-error logger is a LoggerService or false
+new SqlTransport({ dsn: 'postgres://localhost/app', logger: true });
+
 // Only the dsn is required.
 const minimal: SqlTransport = new SqlTransport({ dsn: 'postgresql://localhost/app' });
 

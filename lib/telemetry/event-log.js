@@ -1,15 +1,18 @@
 'use strict';
 
 const { invalidArgument } = require('../native/errors');
+const { warningCode } = require('./warning-codes');
 
 /** How often events are pulled from the native side while nothing else pulls them. */
 const DRAIN_EVERY_MS = 500;
 
 /**
- * The `logger` option: what an operator must know, handed to a NestJS `LoggerService`-shaped
- * object. The native side keeps events once asked and this pulls them (after each claim, on an
- * unref'd timer, at close): no Rust thread ever calls into JavaScript. A logger that throws is
- * ignored: logging must not break a transport.
+ * What an operator must know, handed to a NestJS `LoggerService`-shaped object (the `logger`
+ * option, else Nest's `Logger`), or, when there is none, to `process.emitWarning` (warnings and
+ * errors, each with its stable code; plain log lines go nowhere). The native side keeps events
+ * once asked and this pulls them (after each claim, on an unref'd timer, at close): no Rust
+ * thread ever calls into JavaScript. A logger that throws is ignored: logging must not break a
+ * transport.
  *
  * How each line is handed over depends on whether the logger already has a context of its own
  * (see `lineFor`), because Nest's loggers read a second argument differently per level.
@@ -22,7 +25,7 @@ class EventLog {
 
   /**
    * @param {object} queue the native queue
-   * @param {import('../index').TransportLogger} logger
+   * @param {import('../index').TransportLogger | undefined} logger undefined: process warnings
    * @param {string} context the NestJS logger context (the transport, by kind and name)
    */
   constructor(queue, logger, context) {
@@ -56,8 +59,13 @@ class EventLog {
   /**
    * @param {'log' | 'warn' | 'error'} level
    * @param {string} message
+   * @param {string} [code] the process warning's code, when it is not read from the message
    */
-  report(level, message) {
+  report(level, message, code) {
+    if (this.#logger === undefined) {
+      if (level !== 'log') process.emitWarning(`${this.#context}: ${message}`, { code: code ?? warningCode(level, message) });
+      return;
+    }
     try {
       this.#logger[level](...lineFor(this.#logger, message, this.#context));
     } catch {
@@ -76,16 +84,18 @@ class EventLog {
  * The arguments of one logger call. A Nest `Logger` or `ConsoleLogger` built with a context
  * (`new Logger('Messenger')`) appends that context after our arguments, so a second argument
  * of ours would be printed as a second message by `log`/`warn`, and as a stack trace by
- * `error`. Such a logger gets one argument, the message prefixed with the transport; every
- * other logger (a context-free `ConsoleLogger`, the static `Logger` class, a plain object, a
- * pino or winston adapter) gets the transport as its context, Nest's `(message, context)`.
+ * `error`. Such a logger gets one argument: the message, prefixed with the transport unless
+ * its context is the transport already (the default logger). Every other logger (a
+ * context-free `ConsoleLogger`, the static `Logger` class, a plain object, a pino or winston
+ * adapter) gets the transport as its context, Nest's `(message, context)`.
  * @param {import('../index').TransportLogger} logger
  * @param {string} message
  * @param {string} context the transport, by kind and name
  * @returns {[string] | [string, string]}
  */
 function lineFor(logger, message, context) {
-  return hasOwnContext(logger) ? [`${context}: ${message}`] : [message, context];
+  if (!hasOwnContext(logger)) return [message, context];
+  return logger.context === context ? [message] : [`${context}: ${message}`];
 }
 
 /**
@@ -98,14 +108,17 @@ function hasOwnContext(logger) {
 }
 
 /**
- * The `logger` option, checked: undefined, or an object with `log`, `warn` and `error` methods.
+ * The `logger` option, checked: undefined (the default logger), `false` (silent), or an object
+ * with `log`, `warn` and `error` methods.
  * @param {{ logger?: unknown }} options
+ * @returns {import('../index').TransportLogger | false | undefined}
  */
 function loggerOf(options) {
   const { logger } = options;
   if (logger === undefined || logger === null) return undefined;
+  if (logger === false) return false;
   if (typeof logger !== 'object' && typeof logger !== 'function') {
-    throw invalidArgument('logger must be an object with log, warn and error methods (a NestJS LoggerService).');
+    throw invalidArgument('logger must be false, or an object with log, warn and error methods (a NestJS LoggerService).');
   }
   for (const method of ['log', 'warn', 'error']) {
     if (typeof logger[method] !== 'function') {

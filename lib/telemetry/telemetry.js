@@ -1,9 +1,10 @@
 'use strict';
 
 // lib/telemetry/: what a transport tells the app about itself, beside its messages:
-// OpenTelemetry metrics (this file), the `logger` option's events pulled from the native side
-// (event-log.js), and the @nestjs/terminus health indicator over `transport.health()`
-// (transport-health-indicator.js).
+// OpenTelemetry metrics (this file, and transport-gauges.js for the `stats()` figures), the
+// events an operator must know pulled from the native side (event-log.js; by default to Nest's
+// `Logger`, nest-logger.js, else as process warnings, warning-codes.js), and the
+// @nestjs/terminus health indicator over `transport.health()` (transport-health-indicator.js).
 
 // OpenTelemetry metrics, only when the app has `@opentelemetry/api` installed (an optional
 // peer) and a meter provider registered before the transport is made. Otherwise
@@ -13,6 +14,7 @@
 
 const { performance } = require('node:perf_hooks');
 const { version } = require('../../package.json');
+const { transportGauges } = require('./transport-gauges');
 
 /** `@opentelemetry/api`, or undefined when the app does not have it. */
 const api = optionalRequire('@opentelemetry/api');
@@ -55,14 +57,17 @@ function meterInstruments() {
       unit: 's',
       advice: { explicitBucketBoundaries: DURATION_BUCKETS },
     }),
+    gauges: transportGauges(meter),
   };
 }
 
-/** What one transport records: sends, consumed messages and claim durations. */
+/** What one transport records: sends, consumed messages and claim durations; its gauges. */
 class TransportTelemetry {
+  #common;
   #send;
   #receive;
   #claimsSeen = 0;
+  #watched;
 
   /**
    * @param {string} system `messaging.system`
@@ -70,6 +75,7 @@ class TransportTelemetry {
    */
   constructor(system, destination) {
     const common = { 'messaging.system': system, 'messaging.destination.name': destination };
+    this.#common = common;
     this.#send = { ...common, 'messaging.operation.name': 'send', 'messaging.operation.type': 'send' };
     this.#receive = { ...common, 'messaging.operation.name': 'receive', 'messaging.operation.type': 'receive' };
   }
@@ -108,6 +114,20 @@ class TransportTelemetry {
     if (claims === this.#claimsSeen) return;
     this.#claimsSeen = claims;
     if (lastClaimMs > 0) instruments.duration.record(lastClaimMs / 1000, this.#receive);
+  }
+
+  /**
+   * Publishes `transport`'s `stats()` figures (and its queue's depth) as gauges until `unwatch()`.
+   * @param {import('../transports/native-transport').NativeTransport} transport
+   */
+  watch(transport) {
+    this.#watched ??= instruments.gauges.watch(transport, this.#common);
+  }
+
+  /** No more gauge readings of the transport (it is closing). */
+  unwatch() {
+    if (this.#watched !== undefined) instruments.gauges.unwatch(this.#watched);
+    this.#watched = undefined;
   }
 }
 

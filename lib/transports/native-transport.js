@@ -18,6 +18,7 @@ const { SettleTracker } = require('./settle-tracker');
 const { SendPipe } = require('./send-pipe');
 const { encodeEnvelope, decodeStored } = require('../codec/envelope-codec');
 const { EventLog } = require('../telemetry/event-log');
+const { nestLogger } = require('../telemetry/nest-logger');
 const { positiveNumber } = require('../options/option-checks');
 const { telemetryFor } = require('../telemetry/telemetry');
 
@@ -49,15 +50,17 @@ class NativeTransport {
   #nextWaitId = 1;
   #poisonRemoved = 0;
   #telemetry;
-  /** The `logger` option's event log, when a logger was given. */
+  /** Where events go (the `logger` option, Nest's `Logger`, process warnings); none for `logger: false`. */
   #events;
   /** A timer that holds the event loop while write-behind acks are pending. */
   #ackHold;
 
   /**
    * @param {object} queue the native queue (binding's NativeQueue)
-   * @param {{ serializer: import('@schally/nestjs-messenger').Serializer, name: string, label: string, ackMode: string, messaging: { system: string, destination: string } }} identity
-   *   `messaging`: the OpenTelemetry `messaging.system` and `messaging.destination.name`
+   * @param {{ serializer: import('@schally/nestjs-messenger').Serializer, name: string, label: string, ackMode: string, messaging: { system: string, destination: string }, logger: import('../index').TransportLogger | false | undefined }} identity
+   *   `messaging`: the OpenTelemetry `messaging.system` and `messaging.destination.name`;
+   *   `logger`: the checked option (undefined: Nest's `Logger` if the app has it, else process
+   *   warnings; false: silent)
    */
   constructor(queue, { serializer, name, label, ackMode, messaging, logger }) {
     this.#queue = queue;
@@ -67,7 +70,9 @@ class NativeTransport {
     this.#name = name;
     this.#label = label;
     this.#telemetry = telemetryFor(messaging.system, messaging.destination);
-    if (logger) this.#events = new EventLog(queue, logger, `${label} transport "${name}"`);
+    this.#telemetry?.watch(this);
+    const context = `${label} transport "${name}"`;
+    if (logger !== false) this.#events = new EventLog(queue, logger ?? nestLogger(context), context);
   }
 
   /** Creates what the queue needs if missing (table and index, consumer group); always runs. */
@@ -134,7 +139,11 @@ class NativeTransport {
           // cannot loop; get() goes on.
           await this.#settles.track(native(this.#queue.ack(id)));
           this.#poisonRemoved += 1;
-          this.#events?.report('warn', `Removed a message that cannot be decoded (poison): id ${id}, type ${typeOf(taken[2])}.`);
+          this.#events?.report(
+            'warn',
+            `Removed a message that cannot be decoded (poison): id ${id}, type ${typeOf(taken[2])}.`,
+            'NMN_POISON_REMOVED',
+          );
           continue;
         }
         this.#settles.deliver(id);
@@ -177,8 +186,8 @@ class NativeTransport {
    * Keeps the event loop alive until every recorded ack is written, as a pending socket write
    * would: an `ack()` that resolved is not dropped by a process that just runs out of work. Not
    * for ever: once no ack has been written for longer than one write's bound (plus a margin),
-   * the server is taken for gone, the acks still pending are reported (logger, else
-   * `process.emitWarning`) and the loop is let go, so a process that ends without `close()`
+   * the server is taken for gone, the acks still pending are reported (`NMN_ACKS_UNWRITTEN`,
+   * see `#warn`) and the loop is let go, so a process that ends without `close()`
    * exits; those messages are delivered again after their lease.
    */
   #holdLoopForAcks() {
@@ -205,14 +214,13 @@ class NativeTransport {
   }
 
   /**
-   * Reports a warning through the transport's logger, or as a process warning when it has none.
+   * Reports a warning through the transport's logger, or as a process warning with `code` when
+   * it has none; nowhere with `logger: false`.
    * @param {string} code
    * @param {string} message
    */
   #warn(code, message) {
-    const text = `${this.#label} transport "${this.#name}": ${message}`;
-    if (this.#events) this.#events.report('warn', message);
-    else process.emitWarning(text, { code });
+    this.#events?.report('warn', message, code);
   }
 
   #releaseAckHold() {
@@ -354,6 +362,7 @@ class NativeTransport {
 
   async #close() {
     this.#closing = true;
+    this.#telemetry?.unwatch();
     this.#queue.beginClose();
     await this.#settles.drained();
     try {
