@@ -14,9 +14,9 @@ const { wake, wakeFromAnotherProcess } = require('./workloads/wake');
 const { competing } = require('./workloads/competing');
 const { soak } = require('./workloads/soak');
 const { scale } = require('./workloads/scale');
-const { manyQueues } = require('./workloads/many-queues');
+const { manyQueues, manyQueuesFleet } = require('./workloads/many-queues');
 
-const WORKLOADS = { consume, sendSequential, sendConcurrent, wake, wakeFromAnotherProcess, competing, soak, scale, manyQueues };
+const WORKLOADS = { consume, sendSequential, sendConcurrent, wake, wakeFromAnotherProcess, competing, soak, scale, manyQueues, manyQueuesFleet };
 const PREFILLED = new Set(['consume', 'competing', 'soak', 'scale']);
 
 /** A queue (SQL) or stream (Redis) name of its own for one run. */

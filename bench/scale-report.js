@@ -26,6 +26,18 @@ function scaleRuns(options) {
   for (const queues of options.queues) {
     runs[`queues${queues}`] = { workload: 'manyQueues', n: queues, queues, idleMs: options.idleMs };
   }
+  // The most queues again, spread over four consumer processes: the fleet's connections and
+  // CPU (native only: upstream's pool per transport is what the one-process rows show).
+  const mostQueues = Math.max(...options.queues);
+  runs[`queues${mostQueues}x4`] = {
+    workload: 'manyQueuesFleet',
+    n: mostQueues,
+    queues: mostQueues,
+    processes: 4,
+    idleMs: options.idleMs,
+    engines: ['postgres', 'mysql', 'sqlite', 'redis'],
+    impls: ['native'],
+  };
   // B7 on Redis also on a throwaway three-master cluster, native only: the upstream transport
   // has no cluster mode.
   for (const queues of options.queues) {
@@ -95,20 +107,21 @@ function manyQueuesCells(runs, impl, queues) {
 
 /** The B7 section: per engine, queue count and implementation, connections, idle CPU, wake-up. */
 function manyQueuesLines(options, results, runs) {
-  const keys = Object.keys(runs).filter((key) => runs[key].workload === 'manyQueues');
+  const keys = Object.keys(runs).filter((key) => runs[key].workload.startsWith('manyQueues'));
   if (keys.length === 0) return [];
   const lines = [
     '## B7 many queues',
     '',
-    `One process, one transport per queue with the core \`Worker\` on it, one message handled per queue, then idling: the server connections this process holds (counted on the server, by this process's client ports; on a cluster, the most any node holds, and the CPU of all its nodes), its CPU and the server's over ${options.idleMs / 1000} s of idling from ${SETTLED_AFTER_MS / 1000} s after those messages, once V8's one-off collections after activity have run (% of one core; in brackets the server's before the run opened anything, its other users' share), then one message sent per queue 10 ms apart and the wake-up (send → handled) p50 / p99. Medians of the rounds. Transports are opened while the server keeps 20 connections for its other users.`,
+    `One process (or, where said, four: the fleet's connections and client CPU summed), one transport per queue with the core \`Worker\` on it, one message handled per queue, then idling: the server connections this process holds (counted on the server, by this process's client ports; on a cluster, the most any node holds, and the CPU of all its nodes), its CPU and the server's over ${options.idleMs / 1000} s of idling from ${SETTLED_AFTER_MS / 1000} s after those messages, once V8's one-off collections after activity have run (% of one core; in brackets the server's before the run opened anything, its other users' share), then one message sent per queue 10 ms apart and the wake-up (send → handled) p50 / p99. Medians of the rounds. Transports are opened while the server keeps 20 connections for its other users.`,
     '',
     '| engine | queues | transport | connections | client CPU % idle | server CPU % idle (before) | wake-up p50 / p99 ms |',
     '|---|---|---|---|---|---|---|',
   ];
   for (const engine of options.engines) {
     for (const key of keys) {
-      const { queues, cluster } = runs[key];
-      const label = cluster ? `${engine} cluster (3 masters)` : engine;
+      const { queues, cluster, processes } = runs[key];
+      const where = processes === undefined ? '' : ` (${processes} processes)`;
+      const label = cluster ? `${engine} cluster (3 masters)` : `${engine}${where}`;
       for (const impl of ['native', 'upstream']) {
         const cells = manyQueuesCells(results[engine]?.[key]?.[impl] ?? [], impl, queues);
         if (cells === undefined) continue;

@@ -130,4 +130,46 @@ function firstLine(error) {
   return String(error?.message ?? error).split('\n')[0];
 }
 
-module.exports = { manyQueues, SETTLED_AFTER_MS };
+/**
+ * B7 across a fleet: `job.processes` consumer processes share `queues` (the first here, the
+ * others each a `run-one` of its own), all opening, idling and measuring at once. The
+ * connections and the client CPU are the fleet's sums; the server's CPU is this process's
+ * reading over its idle window, which the others' windows overlap (the whole fleet's cost);
+ * the wake-up is this process's queues'.
+ */
+async function manyQueuesFleet({ job, queues, makeTransportOn }) {
+  const processes = job.processes ?? 4;
+  const share = Math.ceil(queues.length / processes);
+  const others = Array.from({ length: processes - 1 }, () =>
+    runOneInChild({ ...job, workload: 'manyQueues', queues: share, n: share, processes: undefined }),
+  );
+  const own = await manyQueues({ job, queues: queues.slice(0, share), makeTransportOn });
+  const results = [own, ...(await Promise.all(others))];
+  const failed = results.find((r) => r.cannotOpen !== undefined);
+  if (failed !== undefined) return { ...failed, queues: queues.length };
+  const sum = (key) => results.reduce((total, r) => total + r[key], 0);
+  return {
+    ...own,
+    queues: queues.length,
+    processes,
+    opened: sum('opened'),
+    connections: sum('connections'),
+    connectionsAfterIdle: sum('connectionsAfterIdle'),
+    clientCpuPercent: sum('clientCpuPercent'),
+    woke: sum('woke'),
+  };
+}
+
+/** `job` in a `run-one` process of its own; its one JSON line. */
+function runOneInChild(job) {
+  const { execFile } = require('node:child_process');
+  const path = require('node:path');
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, [path.join(__dirname, '..', 'run-one.js'), JSON.stringify(job)], { maxBuffer: 1 << 20 }, (error, stdout) => {
+      if (error) return reject(error);
+      resolve(JSON.parse(stdout.trim().split('\n').pop()));
+    });
+  });
+}
+
+module.exports = { manyQueues, manyQueuesFleet, SETTLED_AFTER_MS };
