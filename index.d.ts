@@ -453,13 +453,15 @@ export type SqlDialect = 'postgres' | 'mysql' | 'sqlite';
 /**
  * Which dialect a DSN targets, as upstream's `dialectFromDsn`: `postgres://`/`postgresql://`
  * → `'postgres'`, `mysql://`/`mariadb://` → `'mysql'`, and `sqlite:` → `'sqlite'`. Throws
- * `TransportConnectionError` for a DSN that is not a URL or has another scheme.
+ * `TransportConnectionError` for a DSN that is not a URL or has another scheme (the DSN the
+ * message echoes has its password replaced by `***`).
  */
 export declare function dialectFromDsn(dsn: string): SqlDialect;
 
 /**
  * Checks a Redis DSN's shape, as upstream's `assertValidRedisDsn`: returns for `redis://` and
- * `rediss://`; throws `TransportConnectionError` for a DSN that is not a URL or has another scheme.
+ * `rediss://`; throws `TransportConnectionError` for a DSN that is not a URL or has another scheme
+ * (the DSN the message echoes has its password replaced by `***`).
  */
 export declare function assertValidRedisDsn(dsn: string): void;
 
