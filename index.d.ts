@@ -371,7 +371,8 @@ export interface RedisConnectionOptions {
   /**
    * Redis Sentinel: the sentinels to ask (each defaulting to `localhost`, 26379) for the master
    * named `name`. The DSN's credentials and database are the master's; its host and port are
-   * not used. Not with `tls`, `path` or `cluster: true`.
+   * not used. Not with `tls`, a `rediss://` DSN, `path` or `cluster: true`: the master is
+   * reached without TLS.
    */
   readonly sentinels?: ReadonlyArray<{ readonly host?: string; readonly port?: number }> | null | undefined;
   /** With `sentinels`: the master's name the sentinels know. */

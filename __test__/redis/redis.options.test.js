@@ -73,6 +73,7 @@ describe('keys refused by name', () => {
     ['name', { name: 'mymaster' }, /Sentinel/],
     ['role', { sentinels: [{ host: '127.0.0.1', port: 26379 }], name: 'mymaster', role: 'slave' }, /master only/],
     ['tls', { sentinels: [{ host: '127.0.0.1', port: 26379 }], name: 'mymaster', tls: {} }, /without TLS/],
+    ['sentinels', { sentinels: [{ host: '127.0.0.1', port: 26379 }], name: 'mymaster' }, /without TLS/, { dsn: 'rediss://127.0.0.1:6379' }],
     ['sentinelTLS', { sentinelTLS: {} }, /without TLS/],
     ['natMap', { natMap: { '10.0.0.1:6379': { host: '127.0.0.1', port: 6379 } } }, /used as they are/],
     ['retryStrategy', { retryStrategy: () => 100 }, /reconnects by itself/],

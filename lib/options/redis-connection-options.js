@@ -331,6 +331,10 @@ function sentinelOf(redisOptions, options, tls) {
   if (options.cluster === true) throw refuse('sentinels', 'a cluster is reached through its nodes, not through Sentinel');
   if (present(redisOptions.path)) throw refuse('path', 'through Sentinel the master is reached at the address the sentinels give');
   if (tls !== undefined) throw refuse('tls', 'a deployment behind Sentinel is reached without TLS');
+  // A rediss:// DSN asks for TLS, which the master found through Sentinel would not get.
+  if (typeof options.dsn === 'string' && /^rediss:/i.test(options.dsn)) {
+    throw refuse('sentinels', 'a deployment behind Sentinel is reached without TLS: its DSN must be redis://, not rediss://');
+  }
   return {
     sentinels: addresses,
     name,
