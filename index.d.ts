@@ -388,7 +388,8 @@ export interface RedisConnectionOptions {
   readonly disableClientInfo?: boolean | undefined;
   /**
    * The server's Unix socket, used instead of the DSN's host and port (the DSN still gives the
-   * credentials and database). Not with `tls`, nor with `cluster: true`.
+   * credentials and database). Not with `tls` or a `rediss://` DSN (no TLS over a Unix
+   * socket), nor with `sentinels` or `cluster: true`.
    */
   readonly path?: string | undefined;
   /**

@@ -81,6 +81,7 @@ describe('keys refused by name', () => {
     ['enableOfflineQueue', { enableOfflineQueue: false }, /maxQueuedSends/],
     ['connectionName', { connectionName: 'app' }, /named/],
     ['path', { path: '/tmp/redis.sock' }, /over TCP/, { cluster: true }],
+    ['path', { path: '/tmp/redis.sock' }, /not rediss:\/\//, { dsn: 'rediss://127.0.0.1:6379' }],
     ['commandTimeout', { commandTimeout: 1000 }, /connectTimeoutMs/],
     ['notAnOption', { notAnOption: 1 }, /not an ioredis option/],
     ['tls.checkServerIdentity', { tls: { checkServerIdentity: () => undefined } }, /tls\.ca, tls\.cert/],
