@@ -7,13 +7,12 @@ import type {
   TransportInterface,
 } from '@schally/nestjs-messenger';
 
-/** Options of {@link SqlTransport}: upstream's, with the same defaults, plus `connectTimeoutMs`. */
-/** Counters of one transport instance (`transport.stats()`). */
 /**
  * What the `logger` option takes: a NestJS `LoggerService` fits (`new Logger('Messenger')`,
  * `new ConsoleLogger()`, the `Logger` class, pino or winston adapters). A logger with a context
  * of its own (Nest keeps it in `context`) is called with the transport leading the message, so
- * Nest prints each line once; any other is called as `(message, transportName)`. See docs/nestjs.md.
+ * Nest prints each line once; any other is called as `(message, context)`, the context naming
+ * the transport (`SQL transport "orders"`). See docs/nestjs.md.
  */
 export interface TransportLogger {
   log(message: string, context?: string): unknown;
@@ -36,7 +35,10 @@ export interface TransportHealth {
 
 /** What every transport of this package shares for health checks: `SqlTransport` and `RedisStreamsTransport` both fit. */
 export interface HealthCheckedTransport {
-  /** Reads the message count within `timeoutMs` (default 2000); never throws: `down` with the error. */
+  /**
+   * Reads the message count within `timeoutMs` (default 2000). A failure of the server or the
+   * transport resolves as `down` with the error; it rejects only for an invalid `timeoutMs`.
+   */
   health(options?: { timeoutMs?: number }): Promise<TransportHealth>;
 }
 
@@ -67,7 +69,10 @@ export declare class TransportHealthIndicator {
   constructor(healthIndicatorService?: HealthIndicatorServiceLike);
   /**
    * Calls `transport.health(options)` and reports it under `key`: up, or down with the error.
-   * Rejects only for a bad argument (a key that is not a non-empty string, an invalid timeout).
+   * With a `HealthIndicatorService` a `down` is returned through it; without one (terminus 10)
+   * it rejects with a `HealthCheckError`-shaped error carrying the result in `causes`. Either
+   * way it also rejects for a bad argument (a key that is not a non-empty string, an object
+   * without `health()`, an invalid timeout).
    */
   isHealthy<const Key extends string>(
     key: Key,
@@ -131,6 +136,11 @@ export interface TransportStats {
   readonly lastError: string | null;
 }
 
+/**
+ * Options of {@link SqlTransport}: upstream's, with the same defaults, plus seven of its own:
+ * `listenDsn`, `maxConnections`, `connectTimeoutMs`, `ackMode`, `maxQueuedSends`,
+ * `maxQueuedSendBytes` and `logger`.
+ */
 export interface SqlTransportOptions {
   /**
    * `postgres://` / `postgresql://`, `mysql://` / `mariadb://` or `sqlite://` DSN (query
@@ -190,13 +200,15 @@ export interface SqlTransportOptions {
   /** Bytes (bodies and headers) of sends that may wait to be written; default 64 MiB. */
   readonly maxQueuedSendBytes?: number;
   /**
-   * Where the transport reports a lost and re-established connection (PostgreSQL's LISTEN
-   * connection included), failing write-behind acks, a server refusing the consumer
-   * (credentials), and each poison message removed (its id and type, never its body).
-   * A NestJS `LoggerService`-shaped object gets every line. Left out, Nest's own `Logger` (with
-   * the transport as its context) does when the app has `@nestjs/common`, so the lines go where
-   * the app's do; without NestJS, warnings and errors are process warnings with a stable `code`
-   * (`NMN_CONNECTION_LOST`, …) and plain log lines are dropped. `false`: silent.
+   * Where the transport reports a consumer's lost and re-established connection (PostgreSQL:
+   * the LISTEN connection's too, and a transaction pooler that leaves idle consumers polling),
+   * failing write-behind acks, a server refusing the consumer (credentials, a database gone),
+   * a table gone under a live consumer (re-created with `autoSetup`), and each poison message
+   * removed (its id and type, never its body). A NestJS `LoggerService`-shaped object gets every
+   * line. Left out, Nest's own `Logger` (with the transport as its context) does when the app has
+   * `@nestjs/common`, so the lines go where the app's do; without NestJS, warnings and errors are
+   * process warnings with a stable `code` (`NMN_CONNECTION_LOST`, …) and plain log lines are
+   * dropped. `false`: silent.
    */
   readonly logger?: TransportLogger | false;
 }
@@ -221,12 +233,16 @@ export declare class SqlTransport
   getMessageCount(): Promise<number>;
   /** Counters of this instance, read synchronously. */
   stats(): TransportStats;
-  /** Reads the message count within `timeoutMs` (default 2000); never throws: `down` with the error. */
+  /**
+   * Reads the message count within `timeoutMs` (default 2000). A failure of the server or the
+   * transport resolves as `down` with the error; it rejects only for an invalid `timeoutMs`.
+   */
   health(options?: { timeoutMs?: number }): Promise<TransportHealth>;
   /**
    * The transactional outbox: the INSERT that stores `envelope` exactly as `send()` would, for
    * the app to run with its own client inside its own transaction (stored if and only if it
-   * commits; on PostgreSQL idle consumers are woken at commit). Builds the statement only.
+   * commits; on PostgreSQL with `useNotify`, idle consumers are woken at commit). Builds the
+   * statement only.
    */
   outboxStatement(envelope: Envelope, options?: OutboxStatementOptions): OutboxStatement;
   close(): Promise<void>;
@@ -255,7 +271,11 @@ export interface OutboxStatement {
   readonly values: Array<string | number>;
 }
 
-/** Options of {@link RedisStreamsTransport}: upstream's, with the same defaults, plus `cluster` and `connectTimeoutMs`. */
+/**
+ * Options of {@link RedisStreamsTransport}: upstream's, with the same defaults, plus eight of its
+ * own: `cluster`, `maxConnections`, `waitForReplicas`, `connectTimeoutMs`, `ackMode`,
+ * `maxQueuedSends`, `maxQueuedSendBytes` and `logger`.
+ */
 export interface RedisStreamsTransportOptions {
   /**
    * `redis://[user:password@]host[:port][/db]`, or `rediss://` for TLS. An invalid DSN or
@@ -329,13 +349,14 @@ export interface RedisStreamsTransportOptions {
   /** Bytes (bodies and headers) of sends that may wait to be written; default 64 MiB. */
   readonly maxQueuedSendBytes?: number;
   /**
-   * Where the transport reports a lost and re-established connection (PostgreSQL's LISTEN
-   * connection included), failing write-behind acks, a server refusing the consumer
-   * (credentials), and each poison message removed (its id and type, never its body).
-   * A NestJS `LoggerService`-shaped object gets every line. Left out, Nest's own `Logger` (with
-   * the transport as its context) does when the app has `@nestjs/common`, so the lines go where
-   * the app's do; without NestJS, warnings and errors are process warnings with a stable `code`
-   * (`NMN_CONNECTION_LOST`, …) and plain log lines are dropped. `false`: silent.
+   * Where the transport reports a consumer's lost and re-established connection, failing
+   * write-behind acks, a server refusing the consumer (credentials, a database number it does
+   * not have), a stream or group gone under a live consumer, and each poison message removed
+   * (its id and type, never its body). A NestJS `LoggerService`-shaped object gets every line.
+   * Left out, Nest's own `Logger` (with the transport as its context) does when the app has
+   * `@nestjs/common`, so the lines go where the app's do; without NestJS, warnings and errors are
+   * process warnings with a stable `code` (`NMN_CONNECTION_LOST`, …) and plain log lines are
+   * dropped. `false`: silent.
    */
   readonly logger?: TransportLogger | false;
 }
@@ -345,7 +366,9 @@ export interface RedisStreamsTransportOptions {
  * ioredis `RedisOptions` value fits. Like ioredis, the DSN's own host, port, credentials and
  * database win; a key here that contradicts the DSN is refused rather than dropped. Any key not
  * declared here (`retryStrategy`, `maxRetriesPerRequest`, `connectionName`, `natMap`, …) is
- * refused by name at construction, unless set to ioredis's default or `undefined`.
+ * refused by name at construction, unless it is `undefined` or, for the keys docs/redis-options.md
+ * lists (`maxRetriesPerRequest: 20`, `enableOfflineQueue: true`, `connectionName: null`, …),
+ * set to ioredis's default.
  */
 export interface RedisConnectionOptions {
   /** Must name the DSN's host (ioredis connects to the DSN's). */
@@ -371,13 +394,15 @@ export interface RedisConnectionOptions {
   readonly disableClientInfo?: boolean | undefined;
   /**
    * The server's Unix socket, used instead of the DSN's host and port (the DSN still gives the
-   * credentials and database). Not with `tls`, nor with `cluster: true`.
+   * credentials and database). Not with `tls` or a `rediss://` DSN (no TLS over a Unix
+   * socket), nor with `sentinels` or `cluster: true`.
    */
   readonly path?: string | undefined;
   /**
    * Redis Sentinel: the sentinels to ask (each defaulting to `localhost`, 26379) for the master
    * named `name`. The DSN's credentials and database are the master's; its host and port are
-   * not used. Not with `tls`, `path` or `cluster: true`.
+   * not used. Not with `tls`, a `rediss://` DSN, `path` or `cluster: true`: the master is
+   * reached without TLS.
    */
   readonly sentinels?: ReadonlyArray<{ readonly host?: string; readonly port?: number }> | null | undefined;
   /** With `sentinels`: the master's name the sentinels know. */
@@ -441,11 +466,17 @@ export declare class RedisStreamsTransport
   list(limit?: number): AsyncIterableIterator<Envelope>;
   /** An entry by its stream id; `undefined` for anything else (a delayed send's nonce). */
   find(id: string): Promise<Envelope | undefined>;
-  /** Entries not yet delivered to the group plus delayed messages. */
+  /**
+   * Entries not yet delivered to the group, pending entries idle for `claimIdleMs` (claimable
+   * again), and delayed messages.
+   */
   getMessageCount(): Promise<number>;
   /** Counters of this instance, read synchronously. */
   stats(): TransportStats;
-  /** Reads the message count within `timeoutMs` (default 2000); never throws: `down` with the error. */
+  /**
+   * Reads the message count within `timeoutMs` (default 2000). A failure of the server or the
+   * transport resolves as `down` with the error; it rejects only for an invalid `timeoutMs`.
+   */
   health(options?: { timeoutMs?: number }): Promise<TransportHealth>;
   close(): Promise<void>;
 }
@@ -459,13 +490,15 @@ export type SqlDialect = 'postgres' | 'mysql' | 'sqlite';
 /**
  * Which dialect a DSN targets, as upstream's `dialectFromDsn`: `postgres://`/`postgresql://`
  * → `'postgres'`, `mysql://`/`mariadb://` → `'mysql'`, and `sqlite:` → `'sqlite'`. Throws
- * `TransportConnectionError` for a DSN that is not a URL or has another scheme.
+ * `TransportConnectionError` for a DSN that is not a URL or has another scheme (the DSN the
+ * message echoes has its password replaced by `***`).
  */
 export declare function dialectFromDsn(dsn: string): SqlDialect;
 
 /**
  * Checks a Redis DSN's shape, as upstream's `assertValidRedisDsn`: returns for `redis://` and
- * `rediss://`; throws `TransportConnectionError` for a DSN that is not a URL or has another scheme.
+ * `rediss://`; throws `TransportConnectionError` for a DSN that is not a URL or has another scheme
+ * (the DSN the message echoes has its password replaced by `***`).
  */
 export declare function assertValidRedisDsn(dsn: string): void;
 

@@ -2,8 +2,9 @@
 
 // The DSN helpers upstream's packages export (`dialectFromDsn` and `assertValidRedisDsn`) are
 // exported here too, and answer every input as upstream's own functions do: the same result,
-// or an error of the same class with the same message. The one difference is `sqlite:`, a
-// scheme only this package's SqlTransport serves.
+// or an error of the same class with the same message. Two differences: `sqlite:`, a scheme
+// only this package's SqlTransport serves, and the DSN a message echoes, whose password is
+// replaced by `***` (upstream echoes it whole).
 
 const { TransportConnectionError } = require('@schally/nestjs-messenger');
 const upstreamSql = require('@schally/nestjs-messenger-transport-sql');
@@ -47,6 +48,33 @@ const REDIS_DSNS = [
   'not a url',
   'localhost:6379',
 ];
+/** Refused DSNs that carry a password, and the password as written in them. */
+const REFUSED_SQL_DSNS_WITH_PASSWORDS = [
+  ['not a URL (its port)', 'postgres://app:Hunter2-pw@db.example:99999/app', 'Hunter2-pw'],
+  ['not a URL, percent-encoded', 'mysql://app:p%40ss-Word@db.example:port/app', 'p%40ss-Word'],
+  ['another scheme', 'http://app:Hunter2-pw@example.com/app', 'Hunter2-pw'],
+  ['another scheme, the password in the query', 'http://example.com/app?password=Query-pw', 'Query-pw'],
+];
+const REFUSED_REDIS_DSNS_WITH_PASSWORDS = [
+  ['not a URL (its port)', 'rediss://app:Hunter2-pw@cache.example:99999/0', 'Hunter2-pw'],
+  ['another scheme', 'postgres://:Hunter2-pw@cache.example/0', 'Hunter2-pw'],
+];
+
+/**
+ * Checks that `fn` refuses `dsn` with upstream's class and message, the password in it
+ * replaced by `***`, and nowhere in the message, raw or percent-decoded.
+ */
+function expectRefusedWithoutPassword(fn, upstreamFn, dsn, password) {
+  const ourOutcome = outcome(fn, dsn);
+  const theirs = outcome(upstreamFn, dsn);
+  expect(ourOutcome.threw).toBe(TransportConnectionError);
+  expect(theirs.threw).toBe(TransportConnectionError);
+  expect(theirs.message).toContain(password);
+  expect(ourOutcome.message).not.toContain(password);
+  expect(ourOutcome.message).not.toContain(decodeURIComponent(password));
+  expect(ourOutcome.message).toBe(theirs.message.replace(password, '***'));
+}
+
 const ODD_INPUTS = [undefined, null, 42, {}, { toString: () => 'postgres://from-an-object/db' }];
 
 describe('dialectFromDsn', () => {
@@ -67,6 +95,13 @@ describe('dialectFromDsn', () => {
     expect(() => ours.dialectFromDsn('http://example.com')).toThrow(TransportConnectionError);
   });
 
+  test.each(REFUSED_SQL_DSNS_WITH_PASSWORDS)(
+    'a refused DSN, %s: upstream’s error, without the password',
+    (_, dsn, password) => {
+      expectRefusedWithoutPassword(ours.dialectFromDsn, upstreamSql.dialectFromDsn, dsn, password);
+    },
+  );
+
   test('sqlite: DSNs, which only this package serves, are sqlite (upstream refuses them)', () => {
     for (const dsn of ['sqlite://relative/path.db', 'sqlite:relative.db', 'sqlite:///absolute/path.db', 'sqlite://:memory:']) {
       expect(ours.dialectFromDsn(dsn)).toBe('sqlite');
@@ -84,6 +119,13 @@ describe('assertValidRedisDsn', () => {
     '%s: the same result, or the same error, as upstream’s',
     (_, input) => {
       expect(outcome(ours.assertValidRedisDsn, input)).toEqual(outcome(upstreamRedis.assertValidRedisDsn, input));
+    },
+  );
+
+  test.each(REFUSED_REDIS_DSNS_WITH_PASSWORDS)(
+    'a refused DSN, %s: upstream’s error, without the password',
+    (_, dsn, password) => {
+      expectRefusedWithoutPassword(ours.assertValidRedisDsn, upstreamRedis.assertValidRedisDsn, dsn, password);
     },
   );
 

@@ -181,6 +181,11 @@ function tlsOf(tls, dsn) {
   };
 }
 
+/** Whether the DSN asks for TLS by its scheme (`rediss://`). */
+function rediss(dsn) {
+  return typeof dsn === 'string' && /^rediss:/i.test(dsn);
+}
+
 /** Checks one of the settings a DSN may hold; returns it when the DSN leaves it out. */
 function settingOf(redisOptions, dsn, key, check) {
   const value = redisOptions[key];
@@ -270,6 +275,7 @@ function redisConnectionOf(options) {
     if (path === '') throw invalid('path', 'the path of the server\'s Unix socket');
     if (options.cluster === true) throw refuse('path', 'a cluster is reached over TCP, through its nodes\' addresses');
     if (tls !== undefined) throw refuse('path', 'TLS is not used over a Unix socket: leave redisOptions.tls out');
+    if (rediss(options.dsn)) throw refuse('path', 'TLS is not used over a Unix socket: its DSN must be redis://, not rediss://');
   }
 
   const sentinel = sentinelOf(redisOptions, options, tls);
@@ -331,6 +337,10 @@ function sentinelOf(redisOptions, options, tls) {
   if (options.cluster === true) throw refuse('sentinels', 'a cluster is reached through its nodes, not through Sentinel');
   if (present(redisOptions.path)) throw refuse('path', 'through Sentinel the master is reached at the address the sentinels give');
   if (tls !== undefined) throw refuse('tls', 'a deployment behind Sentinel is reached without TLS');
+  // A rediss:// DSN asks for TLS, which the master found through Sentinel would not get.
+  if (rediss(options.dsn)) {
+    throw refuse('sentinels', 'a deployment behind Sentinel is reached without TLS: its DSN must be redis://, not rediss://');
+  }
   return {
     sentinels: addresses,
     name,
