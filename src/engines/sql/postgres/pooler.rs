@@ -26,6 +26,7 @@
 use super::session_defaults::{is_loopback, SESSION_SETUP};
 use crate::queue::stats::{Counters, Level};
 use sqlx::error::DatabaseError;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
 use sqlx::{Executor, Row};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -115,24 +116,39 @@ impl Pooler {
     /// between (see [`Pooler::look`]). A look that fails finds nothing (the error fallback of
     /// [`Pooler::hears`] remains).
     pub async fn first_contact(&self, conn: &mut PgConnection, pool: &PgPool) {
-        if self.said.is_none() {
-            self.looked
-                .get_or_init(|| async {
-                    if let Ok(true) = self.look(conn, pool).await {
-                        self.found();
-                    }
-                })
-                .await;
+        if self.said.is_some() {
+            return;
         }
+        self.looked
+            .get_or_init(|| async {
+                let mut other = None;
+                if let Ok(true) = self.look(conn, pool, &mut other).await {
+                    self.found();
+                }
+                // The connections opened before the look had no session setup: the first, and
+                // the look's second (back in the pool for what comes next).
+                if !self.transaction_pooled() {
+                    let _ = conn.execute(SESSION_SETUP).await;
+                    if let Some(other) = other.as_mut() {
+                        let _ = other.execute(SESSION_SETUP).await;
+                    }
+                }
+            })
+            .await;
     }
 
     /// Asks `conn`'s backend where it answers: on the DSN's own loopback port, nothing is in
-    /// between. Else asks a second connection's backend (while `conn` is open), then `conn`'s
-    /// again. On a server the three answers name two backends, the first and last the same;
-    /// through a transaction pooler the second connection is lent the backend `conn` just
-    /// gave back (poolers hand out the last one returned first), or `conn` is lent the
-    /// second's.
-    async fn look(&self, conn: &mut PgConnection, pool: &PgPool) -> Result<bool, sqlx::Error> {
+    /// between. Else, a few times over, asks a second connection's backend (while `conn` is
+    /// open), then `conn`'s again. On a server the answers name two backends, `conn`'s always
+    /// the same; through a transaction pooler the second connection is lent the backend
+    /// `conn` just gave back (poolers hand out the last one returned first), or `conn` is lent
+    /// another. Other clients' traffic can hide either in one round, not in all of them.
+    async fn look(
+        &self,
+        conn: &mut PgConnection,
+        pool: &PgPool,
+        other: &mut Option<PoolConnection<sqlx::Postgres>>,
+    ) -> Result<bool, sqlx::Error> {
         let row = conn
             .fetch_one("SELECT pg_backend_pid(), inet_server_port(), host(inet_server_addr())")
             .await?;
@@ -145,12 +161,15 @@ impl Pooler {
         if answers_here {
             return Ok(false);
         }
-        let second = {
-            let mut other = pool.acquire().await?;
-            backend_of(&mut other).await?
-        };
-        let again = backend_of(conn).await?;
-        Ok(second == first || again != first)
+        let second_conn = other.insert(pool.acquire().await?);
+        for _ in 0..LOOKS {
+            let second = backend_of(second_conn).await?;
+            let again = backend_of(conn).await?;
+            if second == first || again != first {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     fn found(&self) {
@@ -187,12 +206,21 @@ async fn backend_of(conn: &mut PgConnection) -> Result<i32, sqlx::Error> {
     row.try_get(0)
 }
 
-/// A prepared statement missing (26000) or already there (42P05): through a transaction
-/// pooler, the driver's named statements meet other clients' server connections.
+/// A prepared statement missing (26000) or already there (42P05), or binds that do not fit
+/// the statement of that name (22P03, 08P01): through a transaction pooler, the driver's
+/// named statements meet other clients' server connections.
 pub fn is_prepared_statement_error(db: &dyn DatabaseError) -> bool {
-    matches!(db.code().as_deref(), Some("26000" | "42P05"))
-        && db.message().contains("prepared statement")
+    let message = db.message();
+    match db.code().as_deref() {
+        Some("26000" | "42P05") => message.contains("prepared statement"),
+        Some("22P03") => message.contains("bind parameter"),
+        Some("08P01") => message.contains("bind message"),
+        _ => false,
+    }
 }
+
+/// Rounds of the look at the backends.
+const LOOKS: usize = 5;
 
 const SAID: &str = "The DSN goes through PgBouncer in transaction mode (pgbouncer=true), which cannot carry LISTEN: idle consumers poll every pollIntervalMs. Give a direct DSN to the database as listenDsn to have them woken by NOTIFY.";
 const FOUND: &str = "The DSN goes through a pooler in transaction mode (found on connecting: two connections shared a server backend), which cannot carry LISTEN: idle consumers poll every pollIntervalMs. Give a direct DSN to the database as listenDsn to have them woken by NOTIFY.";
