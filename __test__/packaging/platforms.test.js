@@ -28,7 +28,7 @@ it('targets the platforms the issue names: linux x64/arm64 gnu and musl, darwin 
   expect([...pkg.napi.targets].sort()).toEqual(Object.keys(PLATFORMS).sort());
 });
 
-it.each(Object.entries(PLATFORMS))('%s has its npm/ package at the main version, for its os, cpu and libc', (_, platform) => {
+it.each(Object.entries(PLATFORMS))('%s has its npm/ package at the main version, for its os, cpu and libc, with the main package\'s repository', (_, platform) => {
   const dir = path.join(ROOT, 'npm', platform.name);
   const manifest = JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8'));
   const binary = `${pkg.napi.binaryName}.${platform.name}.node`;
@@ -41,6 +41,8 @@ it.each(Object.entries(PLATFORMS))('%s has its npm/ package at the main version,
     files: [binary],
   });
   expect(manifest.libc).toEqual(platform.libc === undefined ? undefined : [platform.libc]);
+  // `npm publish --provenance` refuses a package whose repository is not the one that built it.
+  expect(manifest).toMatchObject({ repository: pkg.repository, license: pkg.license, engines: pkg.engines });
 });
 
 it('the workflow builds every target, tests on the runners that can run them, and publishes on a version tag', () => {
