@@ -49,13 +49,18 @@ it('the workflow builds every target, tests on the runners that can run them, an
   const workflow = YAML.parse(fs.readFileSync(path.join(ROOT, '.github', 'workflows', 'CI.yml'), 'utf8'));
   const built = workflow.jobs.build.strategy.matrix.settings.map((s) => s.target);
   expect([...built].sort()).toEqual([...pkg.napi.targets].sort());
-  for (const s of workflow.jobs.build.strategy.matrix.settings) expect(s.build).toContain(`--target ${s.target}`);
+  // Every target is built by `npm run build` (the flags that write binding.js and binding.d.ts
+  // as committed), for its own --target.
+  const buildSteps = workflow.jobs.build.steps.map((s) => s.run ?? '').filter((run) => run.includes('build'));
+  expect(buildSteps).toContain('npm run build -- --target ${{ matrix.settings.target }} ${{ matrix.settings.flags }}');
+  expect(pkg.scripts.build).toBe('napi build --platform --release --js binding.js --dts binding.d.ts');
   expect(workflow.jobs.test.needs).toBe('build');
   expect(workflow.jobs.publish.needs).toEqual(['build', 'test']);
   expect(workflow.jobs.publish.if).toContain("startsWith(github.ref, 'refs/tags/v')");
   const publishSteps = workflow.jobs.publish.steps.map((s) => s.run ?? '').join('\n');
   expect(publishSteps).toContain('napi artifacts');
-  expect(publishSteps).toContain('npm publish');
+  expect(publishSteps).toContain('npm publish --provenance --access public');
+  expect(workflow.jobs.publish.permissions).toEqual({ contents: 'read', 'id-token': 'write' });
 });
 
 it('wires the napi-rs publish scripts: artifacts into npm/, prepublish adds the optionalDependencies', () => {
