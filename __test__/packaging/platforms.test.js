@@ -47,12 +47,12 @@ it.each(Object.entries(PLATFORMS))('%s has its npm/ package at the main version,
 
 it('the workflow builds every target, tests on the runners that can run them, and publishes on a version tag', () => {
   const workflow = YAML.parse(fs.readFileSync(path.join(ROOT, '.github', 'workflows', 'CI.yml'), 'utf8'));
-  const built = workflow.jobs.build.strategy.matrix.settings.map((s) => s.target);
+  const built = workflow.jobs.build.strategy.matrix.include.map((s) => s.target);
   expect([...built].sort()).toEqual([...pkg.napi.targets].sort());
   // Every target is built by `npm run build` (the flags that write binding.js and binding.d.ts
   // as committed), for its own --target.
   const buildSteps = workflow.jobs.build.steps.map((s) => s.run ?? '').filter((run) => run.includes('build'));
-  expect(buildSteps).toContain('npm run build -- --target ${{ matrix.settings.target }} ${{ matrix.settings.flags }}');
+  expect(buildSteps).toContain('npm run build -- --target ${{ matrix.target }} ${{ matrix.flags }}');
   expect(pkg.scripts.build).toBe('napi build --platform --release --js binding.js --dts binding.d.ts');
   expect(workflow.jobs.test.needs).toBe('build');
   expect(workflow.jobs.publish.needs).toEqual(['build', 'test']);
