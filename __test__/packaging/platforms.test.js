@@ -28,7 +28,7 @@ it('targets the platforms the issue names: linux x64/arm64 gnu and musl, darwin 
   expect([...pkg.napi.targets].sort()).toEqual(Object.keys(PLATFORMS).sort());
 });
 
-it.each(Object.entries(PLATFORMS))('%s has its npm/ package at the main version, for its os, cpu and libc', (_, platform) => {
+it.each(Object.entries(PLATFORMS))('%s has its npm/ package at the main version, for its os, cpu and libc, with the main package\'s repository', (_, platform) => {
   const dir = path.join(ROOT, 'npm', platform.name);
   const manifest = JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8'));
   const binary = `${pkg.napi.binaryName}.${platform.name}.node`;
@@ -41,19 +41,26 @@ it.each(Object.entries(PLATFORMS))('%s has its npm/ package at the main version,
     files: [binary],
   });
   expect(manifest.libc).toEqual(platform.libc === undefined ? undefined : [platform.libc]);
+  // `npm publish --provenance` refuses a package whose repository is not the one that built it.
+  expect(manifest).toMatchObject({ repository: pkg.repository, license: pkg.license, engines: pkg.engines });
 });
 
 it('the workflow builds every target, tests on the runners that can run them, and publishes on a version tag', () => {
   const workflow = YAML.parse(fs.readFileSync(path.join(ROOT, '.github', 'workflows', 'CI.yml'), 'utf8'));
-  const built = workflow.jobs.build.strategy.matrix.settings.map((s) => s.target);
+  const built = workflow.jobs.build.strategy.matrix.include.map((s) => s.target);
   expect([...built].sort()).toEqual([...pkg.napi.targets].sort());
-  for (const s of workflow.jobs.build.strategy.matrix.settings) expect(s.build).toContain(`--target ${s.target}`);
+  // Every target is built by `npm run build` (the flags that write binding.js and binding.d.ts
+  // as committed), for its own --target.
+  const buildSteps = workflow.jobs.build.steps.map((s) => s.run ?? '').filter((run) => run.includes('build'));
+  expect(buildSteps).toContain('npm run build -- --target ${{ matrix.target }} ${{ matrix.flags }}');
+  expect(pkg.scripts.build).toBe('napi build --platform --release --js binding.js --dts binding.d.ts');
   expect(workflow.jobs.test.needs).toBe('build');
   expect(workflow.jobs.publish.needs).toEqual(['build', 'test']);
   expect(workflow.jobs.publish.if).toContain("startsWith(github.ref, 'refs/tags/v')");
   const publishSteps = workflow.jobs.publish.steps.map((s) => s.run ?? '').join('\n');
   expect(publishSteps).toContain('napi artifacts');
-  expect(publishSteps).toContain('npm publish');
+  expect(publishSteps).toContain('npm publish --provenance --access public');
+  expect(workflow.jobs.publish.permissions).toEqual({ contents: 'read', 'id-token': 'write' });
 });
 
 it('wires the napi-rs publish scripts: artifacts into npm/, prepublish adds the optionalDependencies', () => {

@@ -1,44 +1,18 @@
 'use strict';
 
 // Each engine with a way for a test to stall its writes on demand, without touching the code
-// under test: a table lock (PostgreSQL, MariaDB), an exclusive SQLite transaction held by
-// another process, a Redis CLIENT PAUSE WRITE on a private server. `prepare()` gives the DSN
-// and target to use, `stallWrites()` (resolving to the function that ends the stall),
-// `remaining()` (messages left in the queue) and `cleanup()`.
+// under test: a table lock (PostgreSQL, MariaDB), a write transaction held open by the sqlite3
+// CLI (another process: SQLite's locks are POSIX advisory locks, which do not conflict between
+// two copies of SQLite in one process), a Redis CLIENT PAUSE WRITE on a private server.
+// `prepare()` gives the DSN and target to use, `stallWrites()` (resolving to the function that
+// ends the stall), `remaining()` (messages left in the queue) and `cleanup()`. Nothing here
+// loads a native module of its own, so the helpers run on any Node.js that loads the addon.
 
 const { postgres, mysql, sqlite, redis, requireServer, uniqueName } = require('../../bench/engines');
 const { startRedisServer } = require('./redis-server');
 
 /** The longest a Redis stall lasts if nobody ends it (CLIENT PAUSE needs a bound). */
 const REDIS_PAUSE_MS = 6000;
-
-/**
- * Holds an exclusive SQLite transaction on `file` in another process until the returned
- * function is called. Not in this one: SQLite's locks are POSIX advisory locks, which do not
- * conflict between two copies of SQLite in one process (better-sqlite3's and the addon's), so a
- * lock taken here would stall nothing.
- */
-async function holdExclusiveElsewhere(file) {
-  const { spawn } = require('node:child_process');
-  const script = `
-    const Database = require(${JSON.stringify(require.resolve('better-sqlite3'))});
-    const db = new Database(process.argv[1]);
-    db.exec('BEGIN EXCLUSIVE');
-    process.stdout.write('locked\\n');
-    process.stdin.once('data', () => { db.exec('COMMIT'); db.close(); process.exit(0); });
-  `;
-  const child = spawn(process.execPath, ['-e', script, file], { stdio: ['pipe', 'pipe', 'inherit'] });
-  await new Promise((resolve, reject) => {
-    child.stdout.once('data', resolve);
-    child.once('error', reject);
-    child.once('exit', (code) => reject(new Error(`the SQLite lock holder exited (${code}) before locking`)));
-  });
-  return () =>
-    new Promise((resolve) => {
-      child.once('exit', resolve);
-      child.stdin.end('go\n');
-    });
-}
 
 const WRITE_STALLS = [
   {
@@ -93,20 +67,18 @@ const WRITE_STALLS = [
     name: 'sqlite',
     async prepare() {
       const dsn = sqlite.temporaryDsn('nmn-stall');
-      const file = dsn.slice('sqlite://'.length);
-      const Database = require('better-sqlite3');
+      const admin = sqlite.admin(dsn);
+      const table = 'messenger_messages';
       return {
         dsn,
-        target: { tableName: 'messenger_messages', queueName: 'q' },
-        stallWrites: () => holdExclusiveElsewhere(file),
-        async remaining() {
-          const db = new Database(file, { readonly: true });
-          try {
-            return db.prepare("SELECT count(*) AS n FROM messenger_messages WHERE queue_name = 'q'").get().n;
-          } finally {
-            db.close();
-          }
+        target: { tableName: table, queueName: 'q' },
+        async stallWrites() {
+          // The file is in WAL mode (the addon sets it): the held write transaction stalls every
+          // other writer and no reader.
+          const lock = await admin.holdWriteLock();
+          return () => lock.release();
         },
+        remaining: () => admin.count(table, 'q'),
         cleanup: async () => {},
       };
     },
