@@ -36,6 +36,8 @@ pub struct Sentinels {
     /// The command connection to the master, and the `changes` it was opened at.
     commands: tokio::sync::Mutex<Option<(u64, MultiplexedConnection)>>,
     watch: CancellationToken,
+    /// The `+switch-master` watch was started (once, whether or not a master was found).
+    watching: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for Sentinels {
@@ -66,6 +68,7 @@ impl Sentinels {
             changes: AtomicU64::new(0),
             commands: tokio::sync::Mutex::new(None),
             watch: CancellationToken::new(),
+            watching: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -159,7 +162,7 @@ impl Sentinels {
     /// Follows `+switch-master` on the sentinels (one at a time), so that a master that
     /// moved is forgotten at once rather than at the first command that fails on it.
     fn start_watch(self: &Arc<Self>) {
-        if self.changes.load(Ordering::Relaxed) > 0 || self.sentinels.is_empty() {
+        if self.sentinels.is_empty() || self.watching.swap(true, Ordering::AcqRel) {
             return;
         }
         let this = Arc::downgrade(self);
