@@ -9,6 +9,7 @@ use super::settle_report::Ready;
 use crate::direct::uv;
 use crate::queue::engine::{BatchReply, ConnectionHold, Encoded, NewMessage};
 use crate::support::error::Result;
+use crate::support::locks::Locked;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
 use std::io::{ErrorKind, Read, Write};
@@ -192,7 +193,7 @@ impl Link {
         let Some(connecting) = &self.connecting else {
             return;
         };
-        let Some(result) = connecting.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        let Some(result) = connecting.locked().take() else {
             return;
         };
         self.connecting = None;
@@ -257,7 +258,7 @@ impl Link {
         let connect = lane.wire.connect();
         napi::bindgen_prelude::spawn(async move {
             let result = connect.await;
-            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+            *slot.locked() = Some(result);
         });
     }
 

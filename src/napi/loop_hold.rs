@@ -5,6 +5,7 @@
 //! to hold the loop and none to let it go.
 
 use super::settled_sends::SettledTsfn;
+use crate::support::locks::Locked;
 use napi::Env;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, Weak};
@@ -27,10 +28,7 @@ impl LoopHold {
     #[allow(deprecated)] // napi-rs's own way to (un)ref a threadsafe function.
     pub(super) fn queued(&self, env: &Env, callback: &Mutex<SettledTsfn>) {
         if self.awaited.fetch_add(1, Ordering::AcqRel) == 0 {
-            let _ = callback
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .refer(env);
+            let _ = callback.locked().refer(env);
         }
     }
 
@@ -50,10 +48,7 @@ impl LoopHold {
         }
         if let Some(callback) = self.callback.get().and_then(Weak::upgrade) {
             // Fails only once the environment is tearing down: nothing is held then.
-            let _ = callback
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .unref(env);
+            let _ = callback.locked().unref(env);
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::queue::completions;
 use crate::queue::engine::NewMessage;
 use crate::queue::Queue;
 use crate::support::error::Error;
+use crate::support::locks::Locked;
 use napi::bindgen_prelude::within_runtime_if_available;
 use napi::bindgen_prelude::{JsValue, JsValuesTupleIntoVec};
 use napi::Env;
@@ -88,7 +89,7 @@ impl NativeQueue {
         callback: napi::bindgen_prelude::Function<'_, SettledSends, ()>,
         direct_sends: Option<bool>,
     ) -> napi::Result<()> {
-        let mut sends = self.sends.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sends = self.sends.locked();
         if sends.is_some() {
             return Ok(());
         }
@@ -107,7 +108,7 @@ impl NativeQueue {
         let reporter = tsfn.clone();
         let report: Report = Arc::new(move |batch| {
             // Fails only once the environment is tearing down: nobody is waiting.
-            let reporter = reporter.lock().unwrap_or_else(|p| p.into_inner());
+            let reporter = reporter.locked();
             let _ = reporter.call(
                 batch,
                 napi::threadsafe_function::ThreadsafeFunctionCallMode::NonBlocking,
@@ -168,7 +169,7 @@ impl NativeQueue {
                 None
             })
         });
-        *self.direct.lock().unwrap_or_else(|p| p.into_inner()) = DirectSends::new(
+        *self.direct.locked() = DirectSends::new(
             env,
             self.queue.clone(),
             report,
@@ -195,11 +196,11 @@ impl NativeQueue {
         delay_ms: f64,
     ) -> napi::Result<()> {
         let message = NewMessage::new(body.0, headers.0, delay_ms);
-        let sends = self.sends.lock().unwrap_or_else(|p| p.into_inner());
+        let sends = self.sends.locked();
         let Some(reporter) = sends.as_ref() else {
             return Err(Error::transport("sendQueued() before onSendsSettled().").into());
         };
-        let direct = self.direct.lock().unwrap_or_else(|p| p.into_inner());
+        let direct = self.direct.locked();
         let taken_here = match direct.as_ref() {
             // Handed back when the direct path does not take it.
             Some(direct) => direct.try_send(seq, message)?,
@@ -360,7 +361,7 @@ impl NativeQueue {
     #[napi(catch_unwind)]
     pub fn begin_close(&self) {
         // Batches in flight on the direct path go on, as the same batches, on the runtime.
-        if let Some(direct) = self.direct.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(direct) = self.direct.locked().take() {
             direct.shut();
         }
         self.queue.begin_close();
@@ -373,7 +374,7 @@ impl NativeQueue {
     pub async fn close(&self) -> napi::Result<()> {
         let closed = self.queue.close().await;
         // JavaScript waits for every send before it closes: nothing is left to report.
-        drop(self.sends.lock().unwrap_or_else(|p| p.into_inner()).take());
+        drop(self.sends.locked().take());
         Ok(closed?)
     }
 }

@@ -12,6 +12,7 @@
 //! (`Backlog`): beyond it a request is refused at once.
 
 use crate::support::error::{Error, Outcome, Result};
+use crate::support::locks::Locked;
 use futures_util::future::BoxFuture;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -141,10 +142,6 @@ pub struct Coalescer<T, R> {
     shared: Arc<Mutex<Shared<T, R>>>,
 }
 
-fn lock<T, R>(shared: &Mutex<Shared<T, R>>) -> std::sync::MutexGuard<'_, Shared<T, R>> {
-    shared.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// What a caller that waited at most some time heard.
 #[derive(Debug)]
 pub enum Waited<R> {
@@ -174,7 +171,7 @@ impl<T, R> Pending<T, R> {
             .compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
         if withdrawn {
-            let mut s = lock(&self.shared);
+            let mut s = self.shared.locked();
             s.forget(self.weight);
             // Its message (a send's body) goes now, not with the next flush, which may be
             // held up for as long as the writes that made this caller give up.
@@ -268,7 +265,7 @@ impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
         let (reply, answer) = oneshot::channel();
         let state = Arc::new(AtomicU8::new(QUEUED));
         let start_flusher = {
-            let mut s = lock(&self.shared);
+            let mut s = self.shared.locked();
             let over = s.waiting_items >= self.backlog.items
                 || (s.waiting_items > 0
                     && s.waiting_bytes.saturating_add(weight) > self.backlog.bytes);
@@ -308,7 +305,7 @@ impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
 
     /// Requests queued and not withdrawn.
     pub fn waiting(&self) -> usize {
-        lock(&self.shared).waiting_items
+        self.shared.locked().waiting_items
     }
 }
 
@@ -326,7 +323,7 @@ impl<T, R> Drop for Flusher<T, R> {
     // A task dropped mid-flush (the runtime ends) lets the next request start a new one.
     fn drop(&mut self) {
         if !self.finished {
-            lock(&self.shared).flushing = false;
+            self.shared.locked().flushing = false;
         }
     }
 }
@@ -343,7 +340,7 @@ impl<T, R> Flusher<T, R> {
         };
         let err = err.with_outcome(Outcome::NotApplied);
         let refused = {
-            let mut s = lock(&self.shared);
+            let mut s = self.shared.locked();
             let all = s.queued.len();
             s.take_sent(all)
         };
@@ -355,7 +352,7 @@ impl<T, R> Flusher<T, R> {
 
     /// Drops withdrawn requests; true (and the lead given up) when nothing is left.
     fn done(&mut self) -> bool {
-        let mut s = lock(&self.shared);
+        let mut s = self.shared.locked();
         s.queued
             .retain(|r| r.state.load(Ordering::Acquire) != WITHDRAWN);
         if s.queued.is_empty() {
@@ -375,7 +372,7 @@ impl<T, R> Flusher<T, R> {
                 continue;
             }
             let batch: Vec<Request<T, R>> = {
-                let mut s = lock(&self.shared);
+                let mut s = self.shared.locked();
                 // A request withdrawn while the flush prepared has left the queue by itself
                 // (one withdrawn as this batch is taken is left out by `take_sent`).
                 if s.queued.is_empty() {

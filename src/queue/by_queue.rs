@@ -3,6 +3,7 @@
 //!
 //! Generic over what is kept, so that it depends on nothing.
 
+use crate::support::locks::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -52,7 +53,7 @@ impl<V> ByQueue<V> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<QueueKey, Arc<V>>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+        self.entries.locked()
     }
 }
 

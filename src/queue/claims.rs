@@ -11,6 +11,7 @@ use crate::queue::outage::Outage;
 use crate::queue::prefetch::PREFETCH_HOLD;
 use crate::queue::stats::Level;
 use crate::support::error::{Error, ErrorKind, Result};
+use crate::support::locks::Locked;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 impl Queue {
     /// The next prefetched message, without waiting (the sync fast path).
     pub fn take(self: &Arc<Self>) -> Option<StoredMessage> {
-        let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut buffer = self.buffer.locked();
         let next = buffer.take();
         // Claim the next batch while JavaScript handles this one (read-ahead).
         if next.is_some() && buffer.read_ahead_due() {
@@ -61,7 +62,7 @@ impl Queue {
             self.counters.claimed(rows.len(), took);
         }
         self.fence.record(&rows);
-        let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut buffer = self.buffer.locked();
         if took.is_some() {
             buffer.claim_took = took;
         }
@@ -86,10 +87,7 @@ impl Queue {
     pub async fn fill(&self, wait_id: u32) -> Result<bool> {
         let cancel = self.waiter(wait_id);
         let outcome = self.fill_until(&cancel).await;
-        self.waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&wait_id);
+        self.waiters.locked().remove(&wait_id);
         outcome
     }
 
@@ -244,7 +242,7 @@ impl Queue {
                     _ = tokio::time::sleep(tick) => {}
                 }
                 let (hand_back, renew) = {
-                    let mut buffer = buffer.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut buffer = buffer.locked();
                     buffer.keeper_round(period)
                 };
                 // Best effort both: a failed release or renewal means the rows come back at
@@ -256,10 +254,7 @@ impl Queue {
                     if let Ok(lost) = fence.renew(&*engine, renew).await {
                         // Taken over by another consumer: a buffered one is not handed out;
                         // an in-flight one is no longer renewed (its settle will be stale).
-                        buffer
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .drop_lost(&lost);
+                        buffer.locked().drop_lost(&lost);
                     }
                 }
             }
@@ -267,11 +262,7 @@ impl Queue {
     }
 
     pub(super) fn buffer_is_empty(&self) -> bool {
-        self.buffer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .rows
-            .is_empty()
+        self.buffer.locked().rows.is_empty()
     }
 
     /// Sizes the next claim to about `CLAIM_WINDOW` of the consumer's measured pace: a fast
@@ -279,7 +270,7 @@ impl Queue {
     /// held away from other consumers while a slow handler runs).
     pub(super) fn next_batch_size(&self) -> u32 {
         let (handed, pace, average_bytes) = {
-            let buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
+            let buffer = self.buffer.locked();
             (buffer.handed_at, buffer.pace, buffer.average_bytes)
         };
         let previous = self.batch_size.load(Ordering::Relaxed);
@@ -291,7 +282,7 @@ impl Queue {
     /// The token of wait `wait_id`. A cancel may arrive before the fill that it targets has
     /// started on the runtime: it then left an already-cancelled token here, which this picks up.
     pub(super) fn waiter(&self, wait_id: u32) -> CancellationToken {
-        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        let mut waiters = self.waiters.locked();
         waiters
             .entry(wait_id)
             .or_insert_with(|| self.closing.child_token())
@@ -306,10 +297,7 @@ impl Queue {
 
     /// Forgets `wait_id` once its consumer is gone (drops a cancel that no fill consumed).
     pub fn forget_wait(&self, wait_id: u32) {
-        self.waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&wait_id);
+        self.waiters.locked().remove(&wait_id);
     }
 
     /// Gives prefetched rows back to the table (no consumer is left to take them).
@@ -318,7 +306,7 @@ impl Queue {
         // No consumer is left: a read-ahead that gets the lock after this must not claim.
         self.reading.store(false, Ordering::Release);
         let rows: Vec<StoredMessage> = {
-            let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
+            let mut buffer = self.buffer.locked();
             buffer.handed_at = None;
             buffer.full = false;
             buffer.rows.drain(..).collect()

@@ -15,6 +15,7 @@
 
 use crate::queue::engine::{Engine, Held, NewMessage, StoredMessage};
 use crate::support::error::Result;
+use crate::support::locks::Locked;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -108,7 +109,7 @@ pub struct Fence {
 
 impl Fence {
     fn book(&self) -> std::sync::MutexGuard<'_, Book> {
-        self.book.lock().unwrap_or_else(|p| p.into_inner())
+        self.book.locked()
     }
 
     /// Notes the claims of freshly claimed messages.

@@ -9,6 +9,7 @@
 //!
 //! Generic over what is handed (an engine's claimed messages), so that it depends on nothing.
 
+use crate::support::locks::Locked;
 use std::sync::Mutex;
 use tokio::sync::oneshot;
 
@@ -35,7 +36,7 @@ impl<T> HandOffDesk<T> {
     /// Puts a waiting consumer at the desk (and drops the places of those that left).
     pub fn wait_here(&self) -> Ticket<T> {
         let (give, receive) = oneshot::channel();
-        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut waiting = self.waiting.locked();
         waiting.retain(|place| !place.is_closed());
         waiting.push(give);
         Ticket(receive)
@@ -43,7 +44,7 @@ impl<T> HandOffDesk<T> {
 
     /// The consumer that has waited longest and is still waiting, taken off the desk.
     pub fn take(&self) -> Option<Taker<T>> {
-        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut waiting = self.waiting.locked();
         while !waiting.is_empty() {
             let place = waiting.remove(0);
             if !place.is_closed() {

@@ -33,6 +33,7 @@ use crate::queue::send_order::{Hold, SendOrder};
 use crate::queue::stats::{Counters, Snapshot};
 use crate::queue::write_behind::WriteBehind;
 use crate::support::error::{Cause, Error, ErrorKind, Outcome, Result};
+use crate::support::locks::Locked;
 use futures_util::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -325,7 +326,7 @@ impl Queue {
     /// Counters and buffer figures, read synchronously (`transport.stats()`).
     pub fn stats(&self) -> Snapshot {
         let (buffered, in_flight) = {
-            let buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
+            let buffer = self.buffer.locked();
             (buffer.rows.len() as u64, buffer.in_flight.len() as u64)
         };
         let counters = self.counters.snapshot();

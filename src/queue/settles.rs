@@ -6,6 +6,7 @@ use crate::queue::batch::Waited;
 use crate::queue::engine::NewMessage;
 use crate::queue::limits::ACK_FLUSH_PATIENCE;
 use crate::support::error::{Cause, Error, Result};
+use crate::support::locks::Locked;
 use std::sync::atomic::Ordering;
 
 impl Queue {
@@ -31,11 +32,7 @@ impl Queue {
     /// Stops renewing the claim of a delivered row: its handler is done (acked, rejected, or
     /// given up by JavaScript without a write).
     pub fn settled(&self, id: &str) {
-        self.buffer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .in_flight
-            .remove(id);
+        self.buffer.locked().in_flight.remove(id);
     }
 
     /// A delivered row JavaScript gave up without a write: no longer renewed, its claim

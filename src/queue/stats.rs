@@ -5,6 +5,7 @@
 //! no call into JavaScript from a Rust thread.
 
 use crate::support::error::Error;
+use crate::support::locks::Locked;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -129,7 +130,7 @@ impl Counters {
     }
 
     pub fn failed(&self, err: &Error) {
-        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(err.to_string());
+        *self.last_error.locked() = Some(err.to_string());
     }
 
     /// From now on, events are kept for `take_events`.
@@ -141,7 +142,7 @@ impl Counters {
         if !self.watching.load(Relaxed) {
             return;
         }
-        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let mut events = self.events.locked();
         if events.len() >= MAX_EVENTS {
             events.pop_front();
             self.events_dropped.fetch_add(1, Relaxed);
@@ -162,12 +163,7 @@ impl Counters {
                 message: format!("{dropped} earlier events were dropped (more than {MAX_EVENTS} between two reads)."),
             });
         }
-        taken.extend(
-            self.events
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .drain(..),
-        );
+        taken.extend(self.events.locked().drain(..));
         taken
     }
 
@@ -184,11 +180,7 @@ impl Counters {
             last_claim_ms: self.last_claim_micros.load(Relaxed) as f64 / 1000.0,
             reconnects: self.reconnects.load(Relaxed),
             tracked_ids: self.tracked_ids.load(Relaxed),
-            last_error: self
-                .last_error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+            last_error: self.last_error.locked().clone(),
             ..Snapshot::default()
         }
     }

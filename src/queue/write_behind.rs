@@ -11,6 +11,7 @@ use crate::queue::engine::Engine;
 use crate::queue::fence::Fence;
 use crate::queue::stats::{Counters, Level};
 use crate::support::error::{Error, ErrorKind, Result};
+use crate::support::locks::Locked;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -64,7 +65,7 @@ impl WriteBehind {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 
     /// Acks recorded and not yet written.
@@ -152,7 +153,7 @@ struct Flusher {
 
 impl Flusher {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 
     async fn run(self) {

@@ -2,6 +2,7 @@
 //! entry per DSN (so all transports on a DSN use one pool), and a first-connection probe.
 
 use crate::support::error::{Error, Result};
+use crate::support::locks::Locked;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
@@ -48,7 +49,7 @@ impl<T> Targets<T> {
         fits: impl FnOnce(&T) -> Result<()>,
         make: impl FnOnce() -> Result<T>,
     ) -> Result<Arc<T>> {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.map.locked();
         if let Some((weak, users)) = map.get_mut(key) {
             if let Some(existing) = weak.upgrade() {
                 fits(&existing)?;
@@ -65,7 +66,7 @@ impl<T> Targets<T> {
     /// which case the target is forgotten (a later transport on the DSN gets a fresh one) and
     /// the caller closes it.
     pub fn leave(&self, key: &str, target: &Arc<T>) -> bool {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.map.locked();
         let Some((weak, users)) = map.get_mut(key) else {
             return false;
         };

@@ -11,6 +11,7 @@ use crate::queue::engine::{DirectWire, Engine, Held, NewMessage, StoredMessage, 
 use crate::queue::stats::Counters;
 use crate::queue::wake::WakeSignal;
 use crate::support::error::{ErrorKind, Result};
+use crate::support::locks::Locked;
 use futures_util::future::BoxFuture;
 use redis::Value;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -161,7 +162,7 @@ impl Engine for RedisQueue {
             }
             self.renew_own(&ids, self.config.claim_idle, "release")
                 .await?;
-            let mut reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+            let mut reclaim = self.reclaim.locked();
             reclaim.next_at = std::time::Instant::now();
             reclaim.cursor = "0-0".to_owned();
             Ok(())

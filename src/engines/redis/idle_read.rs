@@ -23,6 +23,7 @@ use super::blocked::{open_blocked_read, unblock_read, READ_MARGIN};
 use super::connection::{Conn, SingleNode, Target};
 use super::replies::{read_reply_tops, StreamId};
 use crate::queue::wake::WakeSignal;
+use crate::support::locks::Locked;
 use redis::aio::MultiplexedConnection;
 use redis::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -140,7 +141,7 @@ pub(super) struct Connect {
 
 impl IdleRead {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 
     /// Registers an idle consumer whose claim saw `top` as the stream's last id.

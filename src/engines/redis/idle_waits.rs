@@ -13,6 +13,7 @@ use super::stream_queue::RedisQueue;
 use crate::queue::engine::WaitOutcome;
 use crate::queue::wake::WaitEnd;
 use crate::support::error::Result;
+use crate::support::locks::Locked;
 use redis::aio::MultiplexedConnection;
 use redis::Value;
 use std::time::{Duration, Instant};
@@ -30,10 +31,10 @@ impl RedisQueue {
     ) -> Result<WaitOutcome> {
         let delayed_seen = self.delayed_added.seq();
         let until_reclaim = {
-            let reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+            let reclaim = self.reclaim.locked();
             reclaim.next_at.saturating_duration_since(Instant::now())
         };
-        let next_due = *self.next_due.lock().unwrap_or_else(|p| p.into_inner());
+        let next_due = *self.next_due.locked();
         let mut block = self.config.poll_interval.min(until_reclaim);
         if let Some(due) = next_due {
             block = block.min(due);
@@ -138,7 +139,7 @@ impl RedisQueue {
     /// deployment's budget has one left (see `read_budget`). Each consumer decides anew at
     /// every wait, counted among the idle ones.
     pub(super) fn keep_own_read(&self) -> bool {
-        let mut slot = self.read_slot.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.read_slot.locked();
         if slot.is_none() {
             *slot = self.shared.reads.reserve();
         }
@@ -148,7 +149,7 @@ impl RedisQueue {
     /// Drops this consumer's own read's connection and gives its slot back to the budget.
     pub(super) async fn drop_own_read(&self) {
         *self.blocking.lock().await = None;
-        *self.read_slot.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.read_slot.locked() = None;
     }
 
     async fn open_blocking(
@@ -191,18 +192,14 @@ impl RedisQueue {
         cancel: &CancellationToken,
     ) -> Result<WaitOutcome> {
         // No last id from the claim before (it failed, or none ran): claim again.
-        let Some(top) = self.top.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        let Some(top) = self.top.locked().take() else {
             return Ok(WaitOutcome::Woken);
         };
         let delayed_seen = self.delayed_added.seq();
-        let next_due = *self.next_due.lock().unwrap_or_else(|p| p.into_inner());
+        let next_due = *self.next_due.locked();
         let wait = next_due.map_or(IDLE_CAP, |due| due.min(IDLE_CAP));
         let commands = self.conn("read").await?;
-        let reclaim_at = self
-            .reclaim
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .next_at;
+        let reclaim_at = self.reclaim.locked().next_at;
         let watched = Watched {
             stream: self.config.stream.clone(),
             signal: self.wake.clone(),

@@ -14,6 +14,7 @@ use super::replies::{
 use super::stream_queue::RedisQueue;
 use crate::queue::engine::StoredMessage;
 use crate::support::error::Result;
+use crate::support::locks::Locked;
 use redis::{Script, Value};
 use std::collections::HashSet;
 use std::sync::LazyLock;
@@ -89,17 +90,14 @@ impl RedisQueue {
     /// No idle wait follows before that claim: the wait would register the lost read's last
     /// id, and nothing newer might come for long.
     pub(super) fn lost_a_read(&self) {
-        *self.recover_from.lock().unwrap_or_else(|p| p.into_inner()) = Some("0".to_owned());
-        *self.top.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.recover_from.locked() = Some("0".to_owned());
+        *self.top.locked() = None;
     }
 
     /// A re-read found a full page: the next claim goes on after `last`, unless a read was
     /// lost meanwhile (which starts it over from the beginning).
     fn recover_after(&self, last: String) {
-        self.recover_from
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert(last);
+        self.recover_from.locked().get_or_insert(last);
     }
 
     async fn claim_from_server(&self, limit: u32) -> Result<Vec<StoredMessage>> {
@@ -107,11 +105,7 @@ impl RedisQueue {
         let mut entries = Vec::new();
         // What we hold, as of before the reads: an entry acked (and forgotten) while a read
         // was under way may be in its reply, and must still be skipped.
-        let recovering = self
-            .recover_from
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let recovering = self.recover_from.locked().take();
         let reclaiming = self.reclaim_due();
         let delivered = if recovering.is_some() || reclaiming {
             let held = self
@@ -220,7 +214,7 @@ impl RedisQueue {
             .unwrap_or(Value::Nil)
             .extract_error()
             .map_err(|e| self.err("read", &e))?;
-        *self.top.lock().unwrap_or_else(|p| p.into_inner()) = top.and_then(|t| last_id(&t));
+        *self.top.locked() = top.and_then(|t| last_id(&t));
         Ok(reply)
     }
 
@@ -236,7 +230,7 @@ impl RedisQueue {
     }
 
     fn delivered(&self) -> std::sync::MutexGuard<'_, Delivered> {
-        self.delivered.lock().unwrap_or_else(|p| p.into_inner())
+        self.delivered.locked()
     }
 
     /// These entries are settled or given back: no longer ours to skip when re-reading.
@@ -292,7 +286,7 @@ impl RedisQueue {
     }
 
     fn reclaim_due(&self) -> bool {
-        let reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+        let reclaim = self.reclaim.locked();
         Instant::now() >= reclaim.next_at
     }
 
@@ -303,12 +297,7 @@ impl RedisQueue {
         limit: u32,
         delivered: &HashSet<String>,
     ) -> Result<Vec<Entry>> {
-        let cursor = self
-            .reclaim
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .cursor
-            .clone();
+        let cursor = self.reclaim.locked().cursor.clone();
         let reply: Value = redis::cmd("XAUTOCLAIM")
             .arg(&self.config.stream)
             .arg(&self.config.group)
@@ -325,7 +314,7 @@ impl RedisQueue {
         // already and held in our buffer or a handler: taking them again would deliver them
         // twice.
         entries.retain(|e| !delivered.contains(&e.id));
-        let mut reclaim = self.reclaim.lock().unwrap_or_else(|p| p.into_inner());
+        let mut reclaim = self.reclaim.locked();
         // A pass goes on at once only while it finds work; one that found nothing resumes
         // after the period, so an idle consumer never spins through a long pending list.
         if next == "0-0" || entries.is_empty() {
@@ -340,7 +329,7 @@ impl RedisQueue {
             Value::Array(items) => items.get(2).and_then(as_i64),
             _ => None,
         };
-        *self.next_due.lock().unwrap_or_else(|p| p.into_inner()) = wait
+        *self.next_due.locked() = wait
             .filter(|ms| *ms >= 0)
             .map(|ms| Duration::from_millis(ms as u64));
     }

@@ -7,6 +7,7 @@
 //! Owns the master's address as last found and the command connection to it; the
 //! connections of their own (blocked reads) ask it for the master when they open.
 
+use crate::support::locks::Locked;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{
     AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisError,
@@ -79,19 +80,19 @@ impl Sentinels {
 
     /// A client of the master, as last found or found now.
     pub async fn master(self: &Arc<Self>) -> RedisResult<Client> {
-        if let Some(master) = lock(&self.master).clone() {
+        if let Some(master) = self.master.locked().clone() {
             return Ok(master);
         }
         self.start_watch();
         let found = self.find().await?;
-        *lock(&self.master) = Some(found.clone());
+        *self.master.locked() = Some(found.clone());
         self.changes.fetch_add(1, Ordering::Relaxed);
         Ok(found)
     }
 
     /// The master may have moved: the next use asks the sentinels again.
     pub fn forget(&self) {
-        if lock(&self.master).take().is_some() {
+        if self.master.locked().take().is_some() {
             self.changes.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -313,8 +314,4 @@ pub fn no_master(name: &str, why: &str) -> RedisError {
         "Redis Sentinel gave no reachable master",
         format!("for \"{name}\": {why}"),
     ))
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }

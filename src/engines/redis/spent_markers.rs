@@ -6,6 +6,7 @@
 //! unanswered) instead of one per send of the last minute. A marker left behind (too few came
 //! after it, or the `DEL` failed: an ACL without it, a dropped connection) expires as before.
 
+use crate::support::locks::Locked;
 use std::sync::Mutex;
 
 /// How many spent markers one `DEL` deletes: one command per this many sends.
@@ -20,7 +21,7 @@ impl SpentMarkers {
     /// Notes the marker of a batch answered as stored at its first attempt; a full set of
     /// them is handed back, to be deleted (`RedisQueue::forget_marker`).
     pub(super) fn note(&self, marker: String) -> Option<Vec<String>> {
-        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        let mut keys = self.keys.locked();
         keys.push(marker);
         (keys.len() >= PER_DELETE).then(|| std::mem::take(&mut *keys))
     }

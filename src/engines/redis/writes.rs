@@ -13,6 +13,7 @@ use super::stream_queue::RedisQueue;
 use crate::queue::engine::NewMessage;
 use crate::support::backoff::Backoff;
 use crate::support::error::{Error, Outcome, Result};
+use crate::support::locks::Locked;
 use redis::{Script, Value};
 use std::sync::atomic::Ordering;
 use std::sync::LazyLock;
@@ -210,7 +211,7 @@ impl RedisQueue {
             return;
         };
         let due = crate::support::durations::millis(earliest);
-        let mut next_due = self.next_due.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next_due = self.next_due.locked();
         *next_due = Some(next_due.map_or(due, |known| known.min(due)));
         drop(next_due);
         self.delayed_added.wake();

@@ -29,6 +29,7 @@
 //! and its row comes back at its lease.
 
 use super::ids::HeldRow;
+use crate::support::locks::Locked;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -162,7 +163,7 @@ impl InDoubt {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<ClaimAttempt>>> {
-        self.attempts.lock().unwrap_or_else(|p| p.into_inner())
+        self.attempts.locked()
     }
 }
 
@@ -233,7 +234,7 @@ impl RecentClaims {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(Instant, i64)>> {
-        self.tokens.lock().unwrap_or_else(|p| p.into_inner())
+        self.tokens.locked()
     }
 }
 

@@ -4,6 +4,7 @@
 //! again. A leaf: the pool's acquire hook (`target::server_pool_options`) and the target that
 //! hears the errors share it.
 
+use crate::support::locks::Locked;
 use std::time::{Duration, Instant};
 
 /// When a connection of a DSN last met a server that takes no writes (a writer demoted in
@@ -18,15 +19,12 @@ pub struct ConnectionEpoch {
 impl ConnectionEpoch {
     /// The connections opened until now are unfit.
     pub fn mark(&self) {
-        *self.marked_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        *self.marked_at.locked() = Some(Instant::now());
     }
 
     /// Whether a connection of age `age` was opened before the last mark.
     pub fn predates(&self, age: Duration) -> bool {
-        self.marked_at
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some_and(|at| age > at.elapsed())
+        self.marked_at.locked().is_some_and(|at| age > at.elapsed())
     }
 }
 

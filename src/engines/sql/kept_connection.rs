@@ -10,6 +10,7 @@
 //! statement finds it takes it), and for at most `KEEP_FOR` between statements: one that stops
 //! being used goes back to the pool soon.
 
+use crate::support::locks::Locked;
 use sqlx::pool::{Pool, PoolConnection};
 use sqlx::Database;
 use std::sync::{Arc, Mutex, Weak};
@@ -47,7 +48,7 @@ impl<DB: Database> Default for KeptConnection<DB> {
 impl<DB: Database> KeptConnection<DB> {
     /// The kept connection, or one from `pool`.
     pub async fn take(&self, pool: &Pool<DB>) -> Result<PoolConnection<DB>, sqlx::Error> {
-        let kept = lock(&self.slot).kept.take();
+        let kept = self.slot.locked().kept.take();
         match kept {
             Some((conn, _)) => Ok(conn),
             None => pool.acquire().await,
@@ -58,7 +59,7 @@ impl<DB: Database> KeptConnection<DB> {
     /// pool if one is kept already. Call only in a runtime, with a connection whose last
     /// statement completed (nothing left to read, no transaction open).
     pub fn keep(&self, conn: PoolConnection<DB>) {
-        let mut slot = lock(&self.slot);
+        let mut slot = self.slot.locked();
         if slot.kept.is_some() {
             drop(slot);
             drop(conn);
@@ -74,7 +75,7 @@ impl<DB: Database> KeptConnection<DB> {
     /// Hands the kept connection back to the pool (before the pool closes, which would
     /// otherwise wait for it).
     pub fn give_back(&self) {
-        let kept = lock(&self.slot).kept.take();
+        let kept = self.slot.locked().kept.take();
         drop(kept);
     }
 }
@@ -85,7 +86,7 @@ impl<DB: Database> KeptConnection<DB> {
 /// was kept in (a task spawned there after it shut down is dropped, never run).
 impl<DB: Database> Drop for KeptConnection<DB> {
     fn drop(&mut self) {
-        let kept_in = lock(&self.slot).runtime.clone();
+        let kept_in = self.slot.locked().runtime.clone();
         let _entered = match (Handle::try_current(), &kept_in) {
             (Err(_), Some(runtime)) => Some(runtime.enter()),
             _ => None,
@@ -100,7 +101,7 @@ async fn watch<DB: Database>(slot: Weak<Mutex<Slot<DB>>>) {
     loop {
         tokio::time::sleep(wait).await;
         let Some(slot) = slot.upgrade() else { return };
-        let mut slot = lock(&slot);
+        let mut slot = slot.locked();
         let since = slot.kept.as_ref().map(|(_, at)| at.elapsed());
         match since {
             Some(since) if since < KEEP_FOR => wait = KEEP_FOR - since,
@@ -113,10 +114,6 @@ async fn watch<DB: Database>(slot: Weak<Mutex<Slot<DB>>>) {
             }
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@
 
 use super::driver::{DueRow, SqlResult};
 use crate::queue::wake::{WakeBoard, WakeSignal};
+use crate::support::locks::Locked;
 use futures_util::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -100,7 +101,7 @@ impl TablePollers {
     }
 
     fn poller(&self, table: &str) -> Arc<TablePoller> {
-        let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tables = self.tables.locked();
         tables
             .entry(table.to_owned())
             .or_insert_with(|| Arc::new(TablePoller::new(table)))
@@ -109,7 +110,7 @@ impl TablePollers {
 
     /// Polls run so far for the idle consumers of `table`.
     pub fn polls(&self, table: &str) -> u64 {
-        let tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        let tables = self.tables.locked();
         tables
             .get(table)
             .map_or(0, |p| p.polls.load(Ordering::Relaxed))
@@ -118,7 +119,7 @@ impl TablePollers {
     /// A row of `queue` stored by this process becomes due at `at`: its idle consumers are
     /// woken then, without waiting for the next poll to see it.
     pub fn expect(&self, table: &str, queue: &str, at: Instant) {
-        let tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        let tables = self.tables.locked();
         if let Some(poller) = tables.get(table) {
             poller.expect(queue, at + DUE_MARGIN);
         }
@@ -192,7 +193,7 @@ impl TablePoller {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, PollState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 
     fn expect(&self, queue: &str, at: Instant) {

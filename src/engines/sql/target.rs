@@ -21,6 +21,7 @@ use crate::queue::hand_off::HandOffDesk;
 use crate::queue::wake::WakeBoard;
 use crate::support::dsn::SqlDsn;
 use crate::support::error::{Error, Result};
+use crate::support::locks::Locked;
 use crate::support::targets::{same_budget, FirstContact, Targets};
 use futures_util::future::BoxFuture;
 use sqlx::pool::{PoolConnection, PoolConnectionMetadata, PoolOptions};
@@ -232,8 +233,7 @@ impl<D: Connector> SqlTarget<D> {
     pub async fn acquire_for_write(&self) -> SqlResult<PoolConnection<D::Db>> {
         let suspect = self
             .connection_failed_at
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .locked()
             .is_some_and(|at| at.elapsed() < SUSPECT_WINDOW);
         let mut tries = 0;
         loop {
@@ -271,10 +271,7 @@ impl<D: Connector> SqlTarget<D> {
     pub fn note(&self, err: &sqlx::Error) {
         if D::classify(err) == Failure::Connection {
             D::connection_failed(&self.extra);
-            *self
-                .connection_failed_at
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+            *self.connection_failed_at.locked() = Some(Instant::now());
         }
     }
 

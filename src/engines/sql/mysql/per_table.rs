@@ -1,6 +1,7 @@
 //! What the catalog said of each table of one server, kept so that it is asked once per table
 //! (a poll or a send that needs a table's column facts reads them here after the first time).
 
+use crate::support::locks::Locked;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -33,6 +34,6 @@ impl<T: Clone> PerTable<T> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, T>> {
-        self.known.lock().unwrap_or_else(|p| p.into_inner())
+        self.known.locked()
     }
 }

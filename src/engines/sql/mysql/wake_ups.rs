@@ -14,6 +14,7 @@
 //! the poll finds that message.
 
 use crate::queue::wake::WakeSignal;
+use crate::support::locks::Locked;
 use sqlx::mysql::{MySqlConnection, MySqlPool};
 use sqlx::{Executor, Row};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -64,7 +65,7 @@ impl WakeUps {
     /// A consumer of the target idles: the sleeper runs (started if it is not), on a
     /// connection of `pool`.
     pub fn idles(self: &Arc<Self>, pool: &MySqlPool) {
-        *lock(&self.last_idle) = Some(Instant::now());
+        *self.last_idle.locked() = Some(Instant::now());
         if self.stop.is_cancelled() || self.sleeping.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -81,19 +82,21 @@ impl WakeUps {
     /// when the last look is a second old. Each statement is bounded; an error says the
     /// connection is not to be kept (the insert stands).
     pub async fn wake_others(&self, conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
-        let stale = lock(&self.sleepers)
+        let stale = self
+            .sleepers
+            .locked()
             .1
             .is_none_or(|at| at.elapsed() >= REFRESH);
         if stale {
             let found = bounded(find_sleepers(conn)).await;
             let own = self.own_sleeper.load(Ordering::Relaxed);
-            let mut sleepers = lock(&self.sleepers);
+            let mut sleepers = self.sleepers.locked();
             sleepers.1 = Some(Instant::now());
             let mut ids = found?;
             ids.retain(|id| *id != own);
             sleepers.0 = ids;
         }
-        let ids = lock(&self.sleepers).0.clone();
+        let ids = self.sleepers.locked().0.clone();
         for id in ids {
             match bounded(conn.execute(format!("KILL QUERY {id}").as_str())).await {
                 // A sleeper gone meanwhile (unknown thread): only not there to wake.
@@ -159,7 +162,9 @@ impl WakeUps {
 
     /// Whether a consumer idled lately.
     fn wanted(&self) -> bool {
-        lock(&self.last_idle).is_some_and(|at| at.elapsed() < LINGER)
+        self.last_idle
+            .locked()
+            .is_some_and(|at| at.elapsed() < LINGER)
     }
 
     async fn pause(&self) {
@@ -202,8 +207,4 @@ fn id_of(row: &sqlx::mysql::MySqlRow) -> Option<u64> {
             .ok()
             .and_then(|id| u64::try_from(id).ok())
     })
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -9,6 +9,7 @@
 //! connection lost, or a server that refuses writes has them tried again in the background
 //! (`Hosts::look_again`), and the pools connect to the first that fits from then on.
 
+use crate::support::locks::Locked;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
 use sqlx::{ConnectOptions, Connection, Executor, Row};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -134,13 +135,13 @@ impl Hosts {
     /// Lets the hosts move `pool` from one host to the next.
     pub fn steer(&self, pool: &PgPool) {
         if self.several() {
-            lock(&self.pools).push(pool.clone());
+            self.pools.locked().push(pool.clone());
         }
     }
 
     /// The target closes: the pools are let go.
     pub fn release(&self) {
-        lock(&self.pools).clear();
+        self.pools.locked().clear();
     }
 
     /// Checks a new connection of the pool: a server that does not fit is left, and the hosts
@@ -185,7 +186,7 @@ impl Hosts {
                 fits
             };
             if let Ok(Ok(true)) = tokio::time::timeout(self.connect_timeout, attempt).await {
-                for pool in lock(&self.pools).iter() {
+                for pool in self.pools.locked().iter() {
                     pool.set_connect_options(options.clone());
                 }
                 return;
@@ -205,10 +206,6 @@ async fn fits(conn: &mut PgConnection, attrs: SessionAttrs) -> Result<bool, sqlx
     };
     // A simple query: it prepares nothing (a pooler may be in between).
     conn.fetch_one(check).await?.try_get(0)
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

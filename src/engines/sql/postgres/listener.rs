@@ -8,6 +8,7 @@
 use super::statements;
 use crate::queue::stats::{Counters, Level};
 use crate::queue::wake::WakeBoard;
+use crate::support::locks::Locked;
 use sqlx::postgres::{PgListener, PgPool};
 use sqlx::Executor;
 use std::collections::BTreeSet;
@@ -59,13 +60,13 @@ impl PgNotifyListener {
 
     /// Tells `counters` (a queue's) when the LISTEN connection is lost and when it is back.
     pub fn watch(&self, counters: &Arc<Counters>) {
-        let mut watchers = lock(&self.watchers);
+        let mut watchers = self.watchers.locked();
         watchers.retain(|w| w.strong_count() > 0);
         watchers.push(Arc::downgrade(counters));
     }
 
     fn tell(&self, level: Level, message: &str) {
-        for counters in lock(&self.watchers).iter().filter_map(Weak::upgrade) {
+        for counters in self.watchers.locked().iter().filter_map(Weak::upgrade) {
             counters.report(level, message);
         }
     }
@@ -79,11 +80,11 @@ impl PgNotifyListener {
         self.started.get_or_init(|| {
             tokio::spawn(self.clone().run());
         });
-        let added = lock(&self.wanted).insert(channel.to_owned());
+        let added = self.wanted.locked().insert(channel.to_owned());
         if added {
             self.wanted_changed.notify_one();
         }
-        lock(&self.live).contains(channel)
+        self.live.locked().contains(channel)
     }
 
     /// Has the listening connection made anew, where the DSN points now: the server it is on
@@ -95,7 +96,7 @@ impl PgNotifyListener {
     /// Ends the listening task without waiting (its connection goes with the task).
     pub fn cancel(&self) {
         self.stop.cancel();
-        lock(&self.live).clear();
+        self.live.locked().clear();
     }
 
     pub async fn stop(&self) {
@@ -108,7 +109,7 @@ impl PgNotifyListener {
         // The connection was live and went away: its return is reported.
         let mut lost = false;
         while !self.stop.is_cancelled() {
-            let channels: Vec<String> = lock(&self.wanted).iter().cloned().collect();
+            let channels: Vec<String> = self.wanted.locked().iter().cloned().collect();
             let connected = tokio::select! {
                 _ = self.stop.cancelled() => return,
                 result = connect(&self.pool, &channels) => result,
@@ -132,7 +133,7 @@ impl PgNotifyListener {
                     "LISTEN connection back: idle consumers are woken by NOTIFY again.",
                 );
             }
-            *lock(&self.live) = channels.iter().cloned().collect();
+            *self.live.locked() = channels.iter().cloned().collect();
             self.board.wake_all();
             loop {
                 tokio::select! {
@@ -140,7 +141,7 @@ impl PgNotifyListener {
                     // A new channel: reconnect with the full set (dropping the old connection
                     // mid-read is safe because the connection is discarded with it).
                     _ = self.wanted_changed.notified() => {
-                        if lock(&self.wanted).len() != lock(&self.live).len() { break; }
+                        if self.wanted.locked().len() != self.live.locked().len() { break; }
                     }
                     _ = self.renew.notified() => {
                         lost |= self.set_down();
@@ -178,7 +179,7 @@ impl PgNotifyListener {
     /// Marks the connection down; true if it was live (then consumers re-plan, and loggers
     /// hear of it).
     fn set_down(&self) -> bool {
-        let was_live = !std::mem::take(&mut *lock(&self.live)).is_empty();
+        let was_live = !std::mem::take(&mut *self.live.locked()).is_empty();
         if was_live {
             self.board.wake_all();
             self.tell(
@@ -227,10 +228,4 @@ async fn relisten(listener: &mut PgListener, listens: &[String]) -> Result<(), s
         listener.execute(listen.as_str()).await?;
     }
     Ok(())
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

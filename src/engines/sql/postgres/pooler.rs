@@ -25,6 +25,7 @@
 
 use super::session_defaults::{is_loopback, SESSION_SETUP};
 use crate::queue::stats::{Counters, Level};
+use crate::support::locks::Locked;
 use sqlx::error::DatabaseError;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
@@ -235,19 +236,17 @@ struct PollingNotice {
 
 impl PollingNotice {
     fn watch(&self, counters: &std::sync::Arc<Counters>) {
-        lock(&self.untold).push(std::sync::Arc::downgrade(counters));
+        self.untold
+            .locked()
+            .push(std::sync::Arc::downgrade(counters));
     }
 
     fn tell(&self, why: &str) {
-        let untold = std::mem::take(&mut *lock(&self.untold));
+        let untold = std::mem::take(&mut *self.untold.locked());
         for counters in untold.iter().filter_map(Weak::upgrade) {
             counters.report(Level::Log, why);
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]
