@@ -23,9 +23,8 @@ const CLAIM_LEASE_MS = 60_000;
 /**
  * How soon the rows of a claim whose reply was lost are delivered again. SQL: the consumer's
  * next claim (after its backoff) releases them first. Redis: the consumer re-reads its own
- * pending entries, usually within 0.2 s; likely when the cut read went over the shared command
- * connection, that connection's reconnect comes first (its backoff is capped at 2 s: 2.0 s seen
- * once in CI).
+ * pending entries, usually within 0.2 s; when the cut read went over the shared command
+ * connection, that connection's reconnect comes first, and its backoff is capped at 2 s.
  */
 const CLAIM_BACK_MS = { postgres: 3000, mariadb: 3000, redis: 3000 };
 /** Messages a Redis consumer still holds when a claim's reply is lost: more than a re-read's largest page (1,024). */

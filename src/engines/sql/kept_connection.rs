@@ -3,9 +3,7 @@
 //! flusher another, sends a third. sqlx pings a
 //! connection on its way back (in a task of its own), so the statement right after found it
 //! busy and opened another one: on PostgreSQL a backend start, and a statement planned again on
-//! cold caches. Measured at depth 3,000: claims waited 5–11 ms for a connection, and the
-//! consumer drained about 10% slower; sends went over two connections, and PostgreSQL spent
-//! about a third more CPU on each (the ping, and a second backend's cold start). Only a
+//! cold caches, so claims waited for a connection and sends went over two. Only a
 //! connection whose statement completed is kept, at most one per `KeptConnection` (whichever
 //! statement finds it takes it), and for at most `KEEP_FOR` between statements: one that stops
 //! being used goes back to the pool soon.

@@ -37,8 +37,8 @@ const SUSPECT_WINDOW: Duration = Duration::from_secs(30);
 const POOL_CLOSE_BOUND: Duration = Duration::from_secs(2);
 
 /// How long first contact waits for the pool's first connection before it opens a probe
-/// connection of its own (each connection costs the server a backend or a thread: on
-/// PostgreSQL about 6 ms of its CPU here).
+/// connection of its own (each connection costs the server a backend or a thread, and a
+/// PostgreSQL backend start costs milliseconds of its CPU).
 const PROBE_GRACE: Duration = Duration::from_millis(50);
 
 /// How long a statement may take past the connect timeout (which bounds getting a
@@ -356,8 +356,7 @@ impl<D: Connector> PollTarget for SqlTarget<D> {
 /// Closes `pool` until no connection is left, for at most `bound`. One `Pool::close` is not
 /// enough: a connection whose return to the pool (a ping, then back to the idle queue) was
 /// under way while the close ran can land in the idle queue after the close's last look at
-/// it, and would then stay open, idle, for as long as the pool lives (seen in the MariaDB
-/// soak: one connection still open seconds after every transport had closed).
+/// it, and would then stay open, idle, for as long as the pool lives.
 pub async fn close_pool<DB: Database>(pool: &Pool<DB>, bound: Duration) {
     let until_empty = async {
         loop {
