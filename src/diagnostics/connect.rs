@@ -16,8 +16,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// The bound on any one statement or command after connecting.
-pub const STATEMENT_BOUND: Duration = Duration::from_secs(5);
+/// How long any one statement or command of a check (doctor, stats) may take after
+/// connecting: shorter than a transport's `STATEMENT_BOUND`, since someone is waiting on the
+/// answer and a slow one is itself the finding.
+pub const CHECK_STATEMENT_BOUND: Duration = Duration::from_secs(5);
 
 /// This host's clock in epoch milliseconds.
 pub fn host_now_ms() -> f64 {
@@ -100,7 +102,7 @@ pub async fn open_server<D: SqlDialect>(dsn: &SqlDsn, timeout: Duration) -> Resu
 impl<D: SqlDialect> SqlSession<D> {
     /// Closes the connection and the pool, bounded.
     pub async fn close(self) {
-        tokio::time::timeout(STATEMENT_BOUND, async {
+        tokio::time::timeout(CHECK_STATEMENT_BOUND, async {
             let _ = self.conn.close().await;
             self.pool.close().await;
         })
@@ -193,7 +195,7 @@ pub async fn redis_query(
     what: &str,
     secrets: &[String],
 ) -> Result<redis::Value> {
-    bounded(STATEMENT_BOUND, what, cmd.query_async(conn), |e| {
+    bounded(CHECK_STATEMENT_BOUND, what, cmd.query_async(conn), |e| {
         redis_error(what, &e, secrets)
     })
     .await

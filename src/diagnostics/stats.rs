@@ -6,7 +6,7 @@
 
 use super::connect::{
     bounded, open_redis, open_server, open_sqlite, redis_query, sql_error, sqlite_file,
-    STATEMENT_BOUND,
+    CHECK_STATEMENT_BOUND,
 };
 use super::redis_values::{as_int, as_text, field, groups, id_ms, pairs, texts};
 use crate::engines::sql::mysql::MySql;
@@ -159,7 +159,7 @@ pub async fn sql_stats(t: &SqlStatsTarget<'_>) -> Result<Stats> {
                     .collect::<std::result::Result<Vec<_>, _>>()
                     .map(Some)
             };
-            let rows = bounded(STATEMENT_BOUND, "stats", result, |e| {
+            let rows = bounded(CHECK_STATEMENT_BOUND, "stats", result, |e| {
                 sql_error::<Postgres>("stats", e, &t.dsn.secrets)
             })
             .await;
@@ -191,7 +191,7 @@ pub async fn sql_stats(t: &SqlStatsTarget<'_>) -> Result<Stats> {
                     .collect::<std::result::Result<Vec<_>, _>>()
                     .map(Some)
             };
-            let rows = bounded(STATEMENT_BOUND, "stats", result, |e| {
+            let rows = bounded(CHECK_STATEMENT_BOUND, "stats", result, |e| {
                 sql_error::<MySql>("stats", e, &t.dsn.secrets)
             })
             .await;
@@ -223,11 +223,11 @@ pub async fn sql_stats(t: &SqlStatsTarget<'_>) -> Result<Stats> {
                     .collect::<std::result::Result<Vec<_>, _>>()
                     .map(Some)
             };
-            let rows = bounded(STATEMENT_BOUND, "stats", result, |e| {
+            let rows = bounded(CHECK_STATEMENT_BOUND, "stats", result, |e| {
                 sql_error::<Sqlite>("stats", e, &t.dsn.secrets)
             })
             .await;
-            tokio::time::timeout(STATEMENT_BOUND, sqlx::Connection::close(conn))
+            tokio::time::timeout(CHECK_STATEMENT_BOUND, sqlx::Connection::close(conn))
                 .await
                 .ok();
             rows?.ok_or_else(missing)?

@@ -33,7 +33,7 @@ pub(super) struct Lane {
     pub(super) ready: Vec<Settled<String>>,
     pub(super) to_runtime: ToRuntime,
     /// Sends of this queue on the runtime's path not settled yet.
-    pub(super) elsewhere: Arc<AtomicUsize>,
+    pub(super) on_runtime_path: Arc<AtomicUsize>,
     pub(super) waiting: Vec<(NewMessage, u32)>,
     /// The bytes of `waiting`, kept as it changes: the backlog check runs on every send.
     pub(super) waiting_bytes: usize,
@@ -54,7 +54,7 @@ impl Lane {
         queue: Arc<Queue>,
         reports: (Report, Option<LoopReport>),
         to_runtime: ToRuntime,
-        elsewhere: Arc<AtomicUsize>,
+        on_runtime_path: Arc<AtomicUsize>,
     ) -> Self {
         Self {
             wire,
@@ -63,7 +63,7 @@ impl Lane {
             report_here: reports.1,
             ready: Vec::new(),
             to_runtime,
-            elsewhere,
+            on_runtime_path,
             waiting: Vec::new(),
             waiting_bytes: 0,
             in_flight: 0,
@@ -188,14 +188,14 @@ impl Lane {
     fn resend(&mut self, flights: Vec<Flight>) {
         let runs: Vec<(Vec<u32>, Resend)> =
             flights.into_iter().map(|f| (f.seqs, f.resend)).collect();
-        self.elsewhere.fetch_add(1, Ordering::AcqRel);
+        self.on_runtime_path.fetch_add(1, Ordering::AcqRel);
         // The lane's own hold (from `shut`) already holds every send queued since: it is
         // handed to the resends, which let go of it once done.
         let hold = self.hold.take().unwrap_or_else(|| self.queue.hold_sends());
-        let (queue, report, elsewhere) = (
+        let (queue, report, on_runtime_path) = (
             self.queue.clone(),
             self.report.clone(),
-            self.elsewhere.clone(),
+            self.on_runtime_path.clone(),
         );
         napi::bindgen_prelude::spawn(async move {
             let bound = queue.send_bound();
@@ -207,7 +207,7 @@ impl Lane {
                 report(settled(&queue, seqs, answers));
             }
             drop(hold);
-            elsewhere.fetch_sub(1, Ordering::AcqRel);
+            on_runtime_path.fetch_sub(1, Ordering::AcqRel);
         });
     }
 

@@ -69,10 +69,10 @@ pub(super) struct Link {
     pub(super) lanes: HashMap<LaneId, Lane>,
     pub(super) next_lane: LaneId,
     /// The lanes that may have settles to report or have finished since the last report
-    /// (every lane when `all_touched`, after a failure): a send's report visits these, not
+    /// (every lane when `report_all`, after a failure): a send's report visits these, not
     /// every transport of the thread.
-    touched: Vec<LaneId>,
-    all_touched: bool,
+    to_report: Vec<LaneId>,
+    report_all: bool,
     /// The environment is torn down: nothing is sent here any more.
     pub(super) torn_down: bool,
     /// What the loop calls back on the connection's readiness and the timer (see
@@ -102,8 +102,8 @@ impl Link {
             retry_at: None,
             lanes: HashMap::new(),
             next_lane: 0,
-            touched: Vec::new(),
-            all_touched: false,
+            to_report: Vec::new(),
+            report_all: false,
             torn_down: false,
             on_poll,
             on_timer,
@@ -112,23 +112,23 @@ impl Link {
 
     /// Marks a lane as one the next report visits.
     pub(super) fn touch(&mut self, lane: LaneId) {
-        if !self.touched.contains(&lane) {
-            self.touched.push(lane);
+        if !self.to_report.contains(&lane) {
+            self.to_report.push(lane);
         }
     }
 
     /// Marks every lane (a failure hands all of them over).
     pub(super) fn touch_all(&mut self) {
-        self.all_touched = true;
+        self.report_all = true;
     }
 
-    /// Runs `report` on each touched lane, then lets the finished ones leave.
-    fn visit_touched(&mut self, mut report: impl FnMut(&mut Lane)) {
-        let ids = if std::mem::take(&mut self.all_touched) {
-            self.touched.clear();
+    /// Runs `report` on each lane to report, then lets the finished ones leave.
+    fn visit_to_report(&mut self, mut report: impl FnMut(&mut Lane)) {
+        let ids = if std::mem::take(&mut self.report_all) {
+            self.to_report.clear();
             self.lanes.keys().copied().collect()
         } else {
-            std::mem::take(&mut self.touched)
+            std::mem::take(&mut self.to_report)
         };
         for id in ids {
             let Some(lane) = self.lanes.get_mut(&id) else {
@@ -141,17 +141,17 @@ impl Link {
         }
     }
 
-    /// The settles of the touched lanes made since the last report, and where they go;
+    /// The settles of the lanes to report made since the last report, and where they go;
     /// lanes that are finished leave.
     pub(super) fn take_ready(&mut self) -> Vec<Ready> {
         let mut ready = Vec::new();
-        self.visit_touched(|lane| ready.extend(lane.take_ready()));
+        self.visit_to_report(|lane| ready.extend(lane.take_ready()));
         ready
     }
 
     /// Reports the settles made during a napi call through each lane's threadsafe callback.
     pub(super) fn report_queued(&mut self) {
-        self.visit_touched(Lane::report_queued);
+        self.visit_to_report(Lane::report_queued);
     }
 
     pub(super) fn try_send(
@@ -176,7 +176,9 @@ impl Link {
             return Ok(Some(message));
         };
         let idle = lane.in_flight == 0;
-        if idle && (lane.elsewhere.load(Ordering::Acquire) > 0 || weight(&message) > DIRECT_BYTES) {
+        if idle
+            && (lane.on_runtime_path.load(Ordering::Acquire) > 0 || weight(&message) > DIRECT_BYTES)
+        {
             return Ok(Some(message));
         }
         lane.queue.check_send(&message)?;

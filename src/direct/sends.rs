@@ -1,8 +1,8 @@
 //! Sends served on the JavaScript thread: one connection per node, shared by every queue of
 //! the thread, whose socket the JavaScript thread's event loop watches (libuv, see `uv`), so a sequential send is written
 //! by the call that makes it and its reply read where its promise resolves, with no hand-off
-//! to the I/O thread and back (two thread wake-ups per send, the cost that made a sequential
-//! Redis send slower than upstream's).
+//! to the I/O thread and back (two thread wake-ups per send, which a sequential send would
+//! otherwise pay every time).
 //!
 //! Only the path of the common case: due messages, the connection up, no send of the queue on
 //! the runtime's path in flight (so neither path overtakes the other). Sends made while a
@@ -56,7 +56,7 @@ impl DirectSends {
         report: Report,
         report_here: Option<LoopReport>,
         to_runtime: ToRuntime,
-        elsewhere: Arc<AtomicUsize>,
+        on_runtime_path: Arc<AtomicUsize>,
     ) -> Option<Self> {
         let env_loop = env.get_uv_event_loop().ok()?;
         if !uv::available() || env_loop.is_null() || !enabled(std::env::var(DISABLE_VAR).ok()) {
@@ -71,7 +71,7 @@ impl DirectSends {
         let lane = state.next_lane;
         state.next_lane += 1;
         let reports = (report, report_here);
-        let new_lane = Lane::new(wire, queue, reports, to_runtime, elsewhere);
+        let new_lane = Lane::new(wire, queue, reports, to_runtime, on_runtime_path);
         state.lanes.insert(lane, new_lane);
         Some(Self {
             link: OwnedByThread::new(link),

@@ -4,7 +4,7 @@
 use super::steps::{connected, index_columns, or_fail, table_missing, SqlTarget};
 use crate::diagnostics::checks::{judge_clock, judge_version, Report};
 use crate::diagnostics::connect::{
-    bounded, host_now_ms, open_server, sql_error, SqlSession, STATEMENT_BOUND,
+    bounded, host_now_ms, open_server, sql_error, SqlSession, CHECK_STATEMENT_BOUND,
 };
 use crate::diagnostics::schema::{judge_columns, judge_index, Column};
 use crate::engines::sql::mysql::MySql;
@@ -156,7 +156,7 @@ async fn mysql_checks(report: &mut Report, t: &SqlTarget<'_>, s: &mut SqlSession
 /// every new connection), beside the server's default.
 async fn isolation(report: &mut Report, t: &SqlTarget<'_>, s: &mut SqlSession<MySql>) {
     let acquired = bounded(
-        t.connect_timeout + STATEMENT_BOUND,
+        t.connect_timeout + CHECK_STATEMENT_BOUND,
         "isolation",
         s.pool.acquire(),
         |e| sql_error::<MySql>("isolation", e, &t.dsn.secrets),

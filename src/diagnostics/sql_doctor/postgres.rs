@@ -4,7 +4,7 @@
 use super::steps::{connected, index_columns, or_fail, table_missing, SqlTarget};
 use crate::diagnostics::checks::{judge_clock, judge_version, Report};
 use crate::diagnostics::connect::{
-    bounded, host_now_ms, open_server, sql_error, SqlSession, STATEMENT_BOUND,
+    bounded, host_now_ms, open_server, sql_error, SqlSession, CHECK_STATEMENT_BOUND,
 };
 use crate::diagnostics::schema::{judge_columns, judge_index, Column};
 use crate::engines::sql::postgres::Postgres;
@@ -149,7 +149,7 @@ async fn postgres_checks(report: &mut Report, t: &SqlTarget<'_>, s: &mut SqlSess
 async fn notify_round_trip(report: &mut Report, t: &SqlTarget<'_>, s: &mut SqlSession<Postgres>) {
     let channel = format!("nmn_doctor_{}", uuid::Uuid::new_v4().simple());
     let listening = bounded(
-        t.connect_timeout + STATEMENT_BOUND,
+        t.connect_timeout + CHECK_STATEMENT_BOUND,
         "listen/notify",
         async {
             let mut listener = PgListener::connect_with(&s.pool).await?;
@@ -192,7 +192,7 @@ async fn notify_round_trip(report: &mut Report, t: &SqlTarget<'_>, s: &mut SqlSe
             ),
         }
     }
-    tokio::time::timeout(STATEMENT_BOUND, listener.unlisten_all())
+    tokio::time::timeout(CHECK_STATEMENT_BOUND, listener.unlisten_all())
         .await
         .ok();
 }

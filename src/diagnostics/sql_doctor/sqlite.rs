@@ -2,7 +2,9 @@
 
 use super::steps::{index_columns, or_fail, table_missing, SqlTarget};
 use crate::diagnostics::checks::{judge_version, Report};
-use crate::diagnostics::connect::{bounded, open_sqlite, sql_error, sqlite_file, STATEMENT_BOUND};
+use crate::diagnostics::connect::{
+    bounded, open_sqlite, sql_error, sqlite_file, CHECK_STATEMENT_BOUND,
+};
 use crate::diagnostics::schema::{judge_columns, judge_index, Column};
 use crate::support::dsn::Dialect;
 use crate::support::error::ErrorKind;
@@ -122,7 +124,7 @@ pub(super) async fn doctor(report: &mut Report, target: &SqlTarget<'_>) {
             }
         }
     }
-    tokio::time::timeout(STATEMENT_BOUND, sqlx::Connection::close(conn))
+    tokio::time::timeout(CHECK_STATEMENT_BOUND, sqlx::Connection::close(conn))
         .await
         .ok();
 }

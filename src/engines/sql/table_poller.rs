@@ -118,10 +118,10 @@ impl TablePollers {
 
     /// A row of `queue` stored by this process becomes due at `at`: its idle consumers are
     /// woken then, without waiting for the next poll to see it.
-    pub fn expect(&self, table: &str, queue: &str, at: Instant) {
+    pub fn wake_when_due(&self, table: &str, queue: &str, at: Instant) {
         let tables = self.tables.locked();
         if let Some(poller) = tables.get(table) {
-            poller.expect(queue, at + DUE_MARGIN);
+            poller.wake_when_due(queue, at + DUE_MARGIN);
         }
     }
 }
@@ -196,7 +196,7 @@ impl TablePoller {
         self.state.locked()
     }
 
-    fn expect(&self, queue: &str, at: Instant) {
+    fn wake_when_due(&self, queue: &str, at: Instant) {
         self.lock().note_due(queue, at);
         self.changed.notify_one();
     }

@@ -153,7 +153,7 @@ impl<D: SqlDialect> TableQueue<D> {
             self.cx
                 .target
                 .pollers
-                .expect(&self.cx.config.table, &self.cx.config.queue, at);
+                .wake_when_due(&self.cx.config.table, &self.cx.config.queue, at);
         }
     }
 }
