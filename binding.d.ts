@@ -68,10 +68,11 @@ export declare class NativeQueue {
    */
   writeBoundMs(): number
   /**
-   * Stops renewing the claim of a delivered message that JavaScript settled without a
-   * write (its handler is done); acks and rejects do this themselves.
+   * Gives up a delivered message without a write (its settle failed before one was made):
+   * its claim is no longer renewed and lapses at the lease. Acks and rejects stop the
+   * renewal themselves.
    */
-  settled(id: string): void
+  giveUp(id: string): void
   /** Counters and buffer figures of this instance, read synchronously (see `queue/stats.rs`). */
   stats(): NativeStats
   /** Replaces message `id` by a copy in one statement; null if `id` no longer exists. */

@@ -259,7 +259,7 @@ class NativeTransport {
       );
     } catch (error) {
       this.#settles.settle(id);
-      this.#queue.settled(id);
+      this.#queue.giveUp(id);
       throw error;
     }
     // Tracked before the in-flight entry goes, in the same tick, so close() never sees half

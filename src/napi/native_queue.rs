@@ -40,7 +40,7 @@ pub struct NativeQueue {
     /// Sends served on the JavaScript thread, where the engine has that path.
     direct: std::sync::Mutex<Option<DirectSends>>,
     /// Sends on the runtime's path not settled yet (the direct path waits for none).
-    elsewhere: Arc<std::sync::atomic::AtomicUsize>,
+    on_runtime_path: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl NativeQueue {
@@ -49,7 +49,7 @@ impl NativeQueue {
             queue: Arc::new(queue),
             sends: std::sync::Mutex::new(None),
             direct: std::sync::Mutex::new(None),
-            elsewhere: Arc::default(),
+            on_runtime_path: Arc::default(),
         }
     }
 }
@@ -118,15 +118,15 @@ impl NativeQueue {
         let completions = within_runtime_if_available(|| {
             completions::Completions::start(move |batch| to_js(batch))
         });
-        let (queue, elsewhere) = (self.queue.clone(), self.elsewhere.clone());
+        let (queue, on_runtime_path) = (self.queue.clone(), self.on_runtime_path.clone());
         let to_runtime: ToRuntime = Arc::new(move |seq, message| {
             // Queued here, on the calling thread: the order of calls is the order of the rows.
             let stored = within_runtime_if_available(|| queue.send(message))?;
-            let elsewhere = elsewhere.clone();
-            elsewhere.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            let on_runtime_path = on_runtime_path.clone();
+            on_runtime_path.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             completions.push(seq, async move {
                 let result = stored.await;
-                elsewhere.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                on_runtime_path.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
                 result
             })
         });
@@ -175,7 +175,7 @@ impl NativeQueue {
             report,
             report_here,
             to_runtime,
-            self.elsewhere.clone(),
+            self.on_runtime_path.clone(),
         );
         Ok(())
     }
@@ -278,11 +278,12 @@ impl NativeQueue {
         self.queue.send_bound().as_millis() as f64
     }
 
-    /// Stops renewing the claim of a delivered message that JavaScript settled without a
-    /// write (its handler is done); acks and rejects do this themselves.
+    /// Gives up a delivered message without a write (its settle failed before one was made):
+    /// its claim is no longer renewed and lapses at the lease. Acks and rejects stop the
+    /// renewal themselves.
     #[napi(catch_unwind)]
-    pub fn settled(&self, id: String) {
-        self.queue.given_up(&id);
+    pub fn give_up(&self, id: String) {
+        self.queue.give_up(&id);
     }
 
     /// Counters and buffer figures of this instance, read synchronously (see `queue/stats.rs`).

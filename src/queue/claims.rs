@@ -192,7 +192,7 @@ impl Queue {
     ) -> Result<()> {
         self.counters.failed(&err);
         let contacted = self.contacted.load(Ordering::Acquire);
-        let recreates = self.setup.auto;
+        let recreates = self.setup.is_auto();
         if err.kind == ErrorKind::NotFound && recreates && contacted {
             self.counters.report(
                 Level::Warn,

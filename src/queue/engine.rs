@@ -17,19 +17,39 @@ pub struct StoredMessage {
     pub body: String,
     pub headers: String,
     /// The claim this process holds on it (see [`Held`]); `None` when it was only read.
-    pub token: Option<i64>,
+    pub token: Option<ClaimToken>,
+}
+
+/// What makes a settle of a claimed message apply only while this process's claim is the
+/// message's current one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimToken {
+    /// SQL: the claim's `delivered_at` in microseconds, which the settle's statement matches.
+    DeliveredAt(i64),
+    /// Redis: the consumer group's pending-entries list fences by owner; the token only says
+    /// that this consumer holds the entry.
+    PendingOwner,
+}
+
+impl ClaimToken {
+    /// The SQL claim's `delivered_at`, if this is one.
+    pub fn delivered_at(self) -> Option<i64> {
+        match self {
+            Self::DeliveredAt(micros) => Some(micros),
+            Self::PendingOwner => None,
+        }
+    }
 }
 
 /// A message named for a settle, release or renewal: its id, and the token of the claim this
 /// process holds on it. A settle with a token is fenced: it applies only while that claim is
 /// still the message's current one, so a consumer whose lease lapsed and whose message was
 /// taken over cannot delete or copy the newer delivery. Without a token (a `find()` result)
-/// it goes by id. SQL tokens are the claim's `delivered_at` in microseconds; Redis fences by
-/// the group's pending owner, and its tokens only say "claimed by this consumer".
+/// it goes by id (see [`ClaimToken`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held {
     pub id: String,
-    pub token: Option<i64>,
+    pub token: Option<ClaimToken>,
 }
 
 /// A message to store: `delay_ms` is added to the storage's own clock.

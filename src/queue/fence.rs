@@ -13,7 +13,7 @@
 //! whose settle never comes (the message was still buffered) are forgotten oldest first, so
 //! neither map grows with what was lost or given up.
 
-use crate::queue::engine::{Engine, Held, NewMessage, StoredMessage};
+use crate::queue::engine::{ClaimToken, Engine, Held, NewMessage, StoredMessage};
 use crate::support::error::Result;
 use crate::support::locks::Locked;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -30,7 +30,7 @@ const LOST_MEMORY: usize = 4 * crate::queue::limits::MAX_CLAIM_BATCH as usize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Claim {
     /// Held by this process (`None`: token unknown, settled by id), or never claimed here.
-    Held(Option<i64>),
+    Held(Option<ClaimToken>),
     /// Taken over by another consumer: a settle now is stale, and writes nothing.
     Lost,
 }
@@ -39,7 +39,7 @@ enum Claim {
 #[derive(Default)]
 struct Book {
     /// Claimed messages not settled, released or lost yet.
-    tokens: HashMap<String, Option<i64>>,
+    tokens: HashMap<String, Option<ClaimToken>>,
     /// Lost claims by the order they were lost in (oldest first), and each one's place in it.
     lost_order: BTreeMap<u64, String>,
     lost: HashMap<String, u64>,
@@ -47,7 +47,7 @@ struct Book {
 }
 
 impl Book {
-    fn record(&mut self, id: &str, token: Option<i64>) {
+    fn record(&mut self, id: &str, token: Option<ClaimToken>) {
         self.unlose(id);
         self.tokens.insert(id.to_owned(), token);
     }
@@ -88,7 +88,7 @@ impl Book {
         self.unlose(id);
     }
 
-    fn set_token(&mut self, id: &str, token: Option<i64>) {
+    fn set_token(&mut self, id: &str, token: Option<ClaimToken>) {
         if let Some(entry) = self.tokens.get_mut(id) {
             *entry = token;
         }
@@ -252,11 +252,14 @@ mod tests {
     #[test]
     fn a_lost_claim_leaves_the_tokens_and_its_settle_is_stale() {
         let mut book = Book::default();
-        book.record("1", Some(10));
-        book.record("2", Some(20));
+        book.record("1", Some(ClaimToken::DeliveredAt(10)));
+        book.record("2", Some(ClaimToken::DeliveredAt(20)));
         book.lose("1");
         assert_eq!(book.claim("1"), Claim::Lost);
-        assert_eq!(book.claim("2"), Claim::Held(Some(20)));
+        assert_eq!(
+            book.claim("2"),
+            Claim::Held(Some(ClaimToken::DeliveredAt(20)))
+        );
         assert!(!book.tokens.contains_key("1"));
         // Its handler's settle comes: forgotten for good.
         book.forget("1");
@@ -270,10 +273,13 @@ mod tests {
         // Settled meanwhile, then named lost by a renewal that started before the settle.
         book.lose("1");
         assert_eq!(book.claim("1"), Claim::Held(None));
-        book.record("2", Some(1));
+        book.record("2", Some(ClaimToken::DeliveredAt(1)));
         book.lose("2");
-        book.record("2", Some(2));
-        assert_eq!(book.claim("2"), Claim::Held(Some(2)));
+        book.record("2", Some(ClaimToken::DeliveredAt(2)));
+        assert_eq!(
+            book.claim("2"),
+            Claim::Held(Some(ClaimToken::DeliveredAt(2)))
+        );
         assert_eq!((book.lost.len(), book.lost_order.len()), (0, 0));
     }
 
@@ -283,7 +289,7 @@ mod tests {
         let total = LOST_MEMORY * 3;
         for n in 0..total {
             let id = n.to_string();
-            book.record(&id, Some(1));
+            book.record(&id, Some(ClaimToken::DeliveredAt(1)));
             book.lose(&id);
         }
         assert_eq!(book.len(), LOST_MEMORY);
@@ -297,7 +303,7 @@ mod tests {
     fn settled_and_given_up_claims_are_forgotten() {
         let mut book = Book::default();
         for n in 0..100 {
-            book.record(&n.to_string(), Some(n));
+            book.record(&n.to_string(), Some(ClaimToken::DeliveredAt(n)));
         }
         for n in 0..100 {
             book.forget(&n.to_string());

@@ -19,7 +19,7 @@ pub mod limits;
 pub mod outage;
 pub mod prefetch;
 pub mod send_order;
-mod settles;
+mod setup_gate;
 pub mod stats;
 pub mod wake;
 pub mod write_behind;
@@ -27,12 +27,15 @@ pub mod write_behind;
 use crate::queue::batch::{Backlog, BatchBound, Coalescer, Waited};
 use crate::queue::engine::{Engine, NewMessage, StoredMessage};
 use crate::queue::fence::Fence;
-use crate::queue::limits::{ACK_BACKLOG, MAX_CLAIM_BATCH, MAX_WRITE_BATCH, SEND_BOUND};
+use crate::queue::limits::{
+    ACK_BACKLOG, ACK_FLUSH_PATIENCE, MAX_CLAIM_BATCH, MAX_WRITE_BATCH, SEND_BOUND,
+};
 use crate::queue::prefetch::Prefetch;
 use crate::queue::send_order::{Hold, SendOrder};
+use crate::queue::setup_gate::SetupGate;
 use crate::queue::stats::{Counters, Snapshot};
 use crate::queue::write_behind::WriteBehind;
-use crate::support::error::{Cause, Error, ErrorKind, Outcome, Result};
+use crate::support::error::{Cause, Error, Outcome, Result};
 use crate::support::locks::Locked;
 use futures_util::future::BoxFuture;
 use std::collections::HashMap;
@@ -80,57 +83,6 @@ pub struct Queue {
     counters: Arc<Counters>,
 }
 
-/// The autoSetup memo: the DDL runs once, only a success is remembered, and a table that
-/// vanished under a live instance (a NotFound error) is re-created by the next operation.
-struct SetupGate {
-    engine: Arc<dyn Engine>,
-    auto: bool,
-    done: AtomicBool,
-    lock: tokio::sync::Mutex<()>,
-}
-
-impl SetupGate {
-    /// Runs the DDL now, whatever was memoized.
-    async fn run(&self) -> Result<()> {
-        let _guard = self.lock.lock().await;
-        self.engine.setup().await?;
-        self.done.store(true, Ordering::Release);
-        Ok(())
-    }
-
-    async fn ensure(&self) -> Result<()> {
-        if !self.auto || self.done.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let _guard = self.lock.lock().await;
-        if !self.done.load(Ordering::Acquire) {
-            self.observe(self.engine.setup().await)?;
-            self.done.store(true, Ordering::Release);
-        }
-        Ok(())
-    }
-
-    fn observe<T>(&self, result: Result<T>) -> Result<T> {
-        if let Err(err) = &result {
-            self.note(err);
-        }
-        result
-    }
-
-    /// A failure that says the table (stream, group) is gone: the next operation sets up again.
-    fn note(&self, err: &Error) {
-        if err.kind == ErrorKind::NotFound {
-            self.done.store(false, Ordering::Release);
-        }
-    }
-
-    /// `op` after the memoized setup, watching its result for a vanished table.
-    async fn around<T>(&self, op: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-        self.ensure().await?;
-        self.observe(op.await)
-    }
-}
-
 impl Queue {
     /// `send_backlog`: how many sends (and bytes of them) may wait to be written before a
     /// send is refused at once.
@@ -140,12 +92,7 @@ impl Queue {
         first_batch: u32,
         send_backlog: Backlog,
     ) -> Self {
-        let setup = Arc::new(SetupGate {
-            engine: engine.clone(),
-            auto: auto_setup,
-            done: AtomicBool::new(false),
-            lock: tokio::sync::Mutex::new(()),
-        });
+        let setup = Arc::new(SetupGate::new(engine.clone(), auto_setup));
         let fence = Arc::new(Fence::default());
         let (ack_engine, ack_fence) = (engine.clone(), fence.clone());
         let send_engine = engine.clone();
@@ -238,7 +185,7 @@ impl Queue {
 
     /// Whether the memoized setup has run (sends stored another way may skip it then).
     pub fn setup_done(&self) -> bool {
-        self.setup.done.load(Ordering::Acquire)
+        self.setup.is_done()
     }
 
     /// Counts sends stored another way (`direct_sends`) and wakes this process's idle
@@ -408,6 +355,99 @@ impl Queue {
         let released = self.release_prefetched().await;
         self.engine.shutdown().await;
         flushed.and(released)
+    }
+}
+
+// The settling side: acks (write-behind, or awaited group commit), the end of a delivery's
+// claim without a write, and redelivery of a rejected message as a copy.
+impl Queue {
+    pub(super) fn guard_not_closed(&self, what: &str) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(Error::closed(format!(
+                "Cannot {what} on a transport that is closed."
+            )))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Records an ack whose delete the write-behind flusher writes (needs a runtime context).
+    pub fn ack_later(&self, id: String) -> Result<()> {
+        self.guard_not_closed("ack")?;
+        self.stop_renewing(&id);
+        self.acks_behind.push(id);
+        self.counters.acked();
+        Ok(())
+    }
+
+    /// Stops renewing the claim of a delivered row: its handler is done (acked, rejected, or
+    /// given up by JavaScript without a write).
+    pub fn stop_renewing(&self, id: &str) {
+        self.buffer.locked().in_flight.remove(id);
+    }
+
+    /// A delivered row JavaScript gave up without a write: no longer renewed, its claim
+    /// lapses at the lease.
+    pub fn give_up(&self, id: &str) {
+        self.stop_renewing(id);
+        self.fence.forget(&[id.to_owned()]);
+    }
+
+    /// Waits until every write-behind ack is written (retried meanwhile; reported if it
+    /// still fails after `ACK_FLUSH_PATIENCE`).
+    pub async fn flush_acks(&self) -> Result<()> {
+        let flushed = self.acks_behind.flush(ACK_FLUSH_PATIENCE).await;
+        self.observe(flushed)
+    }
+
+    pub async fn ack(&self, id: &str) -> Result<()> {
+        self.guard_not_closed("ack")?;
+        self.stop_renewing(id);
+        let bound = self.engine.send_bound();
+        let written = match self.acks.enqueue(id.to_owned())?.within(bound).await {
+            Waited::Answered(result) => result,
+            Waited::NotSent => Err(Error::connection(format!(
+                "The ack was not written: earlier writes held the connection for {} ms (nothing was deleted; the message will be delivered again).",
+                bound.as_millis()
+            ))),
+            Waited::Unanswered => Err(Error::connection(format!(
+                "The ack got no answer from the server within {} ms (its delete may have been written).",
+                bound.as_millis()
+            ))
+            .caused_by(Cause::timed_out(format!(
+                "no answer within {} ms",
+                bound.as_millis()
+            )))),
+        };
+        if written.is_ok() {
+            self.counters.acked();
+        }
+        self.observe(written)
+    }
+
+    /// Notes a failed operation as the last error.
+    pub(super) fn observe<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(err) = &result {
+            self.counters.failed(err);
+        }
+        result
+    }
+
+    /// Deletes the original and inserts the copy atomically; None if the original was gone.
+    pub async fn redeliver(&self, id: &str, copy: NewMessage) -> Result<Option<String>> {
+        self.guard_not_closed("reject")?;
+        self.stop_renewing(id);
+        let result = self.observe(self.fence.redeliver(&*self.engine, id, copy).await)?;
+        self.counters.rejected();
+        if result.is_some() {
+            self.engine.wake_signal().wake();
+        }
+        Ok(result)
+    }
+
+    /// Write-behind acks recorded and not yet written.
+    pub fn stats_pending_acks(&self) -> u64 {
+        self.acks_behind.pending()
     }
 }
 

@@ -129,7 +129,7 @@ mod tests {
             id: id.to_owned(),
             body: String::new(),
             headers: String::new(),
-            token: Some(1),
+            token: Some(crate::queue::engine::ClaimToken::DeliveredAt(1)),
         }
     }
 

@@ -39,7 +39,7 @@ impl RedisWire {
         };
         match redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).map(|v| v.extract_error())
         {
-            Ok(Err(e)) => self.queue.err("send", &e),
+            Ok(Err(e)) => self.queue.stream.err("send", &e),
             _ => Error::transport(
                 "Redis transport failed during \"send\": an unreadable error reply",
             )
@@ -51,10 +51,10 @@ impl RedisWire {
     /// command connection, after the write it waits for): those keep to the runtime's
     /// connections.
     pub fn new(queue: Arc<RedisQueue>) -> Option<Self> {
-        if queue.config.wait_for_replicas > 0 {
+        if queue.stream.config.wait_for_replicas > 0 {
             return None;
         }
-        let super::connection::Target::Node(client) = &queue.shared.target else {
+        let super::connection::Target::Node(client) = &queue.stream.shared.target else {
             return None;
         };
         let info = client.get_connection_info();
@@ -62,7 +62,7 @@ impl RedisWire {
             return None;
         };
         // Without a marker key beside the stream, a batch could not be sent again safely.
-        if !queue.marker_names.available() {
+        if !queue.writer.marker_names.available() {
             return None;
         }
         let settings = info.redis_settings();
@@ -126,7 +126,7 @@ impl RedisWire {
 
 impl DirectWire for RedisWire {
     fn hold_connection(&self) -> Option<ConnectionHold> {
-        let slot = self.queue.shared.reads.reserve_send()?;
+        let slot = self.queue.stream.shared.reads.reserve_send()?;
         Some(Box::new(slot))
     }
 
@@ -168,8 +168,8 @@ impl DirectWire for RedisWire {
             true,
         ));
         let (host, port) = (self.host.clone(), self.port);
-        let timeout = self.queue.shared.connect_timeout;
-        let secrets = self.queue.shared.secrets.clone();
+        let timeout = self.queue.stream.shared.connect_timeout;
+        let secrets = self.queue.stream.shared.secrets.clone();
         Box::pin(async move {
             match tokio::time::timeout(timeout, Self::handshake(host, port, greeting)).await {
                 Ok(Ok(stream)) => Ok(stream),
@@ -192,21 +192,22 @@ impl DirectWire for RedisWire {
     }
 
     fn encode(&self, messages: Vec<NewMessage>) -> Encoded {
-        let stream = &self.queue.config.stream;
-        let batch = SendBatch::new(&self.queue.marker_names, &messages);
+        let stream = &self.queue.stream.config.stream;
+        let batch = SendBatch::new(&self.queue.writer.marker_names, &messages);
         let request = send_batch::transaction_request(stream, &batch, &messages);
         let marker = batch.marker.clone();
         let batch = batch.tried();
         let queue = self.queue.clone();
-        let resend: Resend =
-            Box::new(move || Box::pin(async move { queue.insert_batch(&messages, batch).await }));
+        let resend: Resend = Box::new(move || {
+            Box::pin(async move { queue.writer.insert_batch(&messages, batch).await })
+        });
         let queue = self.queue.clone();
         Encoded {
             request,
             resend,
             stored: Box::new(move || {
                 if let Some(marker) = marker {
-                    queue.forget_marker(marker);
+                    queue.writer.forget_marker(marker);
                 }
             }),
         }

@@ -41,45 +41,43 @@ impl Drop for IdleConsumer<'_> {
 
 impl Engine for RedisQueue {
     fn attach_counters(&self, counters: Arc<Counters>) {
-        let _ = self.counters.set(counters);
+        let _ = self.stream.counters.set(counters);
     }
 
     fn wake_signal(&self) -> Arc<WakeSignal> {
-        self.wake.clone()
+        self.stream.wake.clone()
     }
 
     /// The polls of the deployment's idle consumers that share its read (single node).
     fn shared_polls(&self) -> u64 {
-        self.shared.idle.polls()
+        self.stream.shared.idle.polls()
     }
 
     /// Creates the consumer group from the stream's start (`0`, so entries sent before it
     /// existed are delivered), creating the stream if needed; an existing group is fine.
     fn setup(&self) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
-            let mut conn = self.conn("ensureGroup").await?;
+            let mut conn = self.stream.conn("ensureGroup").await?;
             let created: redis::RedisResult<Value> = redis::cmd("XGROUP")
                 .arg("CREATE")
-                .arg(&self.config.stream)
-                .arg(&self.config.group)
+                .arg(&self.stream.config.stream)
+                .arg(&self.stream.config.group)
                 .arg("0")
                 .arg("MKSTREAM")
                 .query_async(&mut conn)
                 .await;
             match created {
                 Ok(_) => Ok(()),
-                Err(e) if e.code() == Some("BUSYGROUP") || e.to_string().contains("BUSYGROUP") => {
-                    Ok(())
-                }
-                Err(e) => Err(self.err("ensureGroup", &e)),
+                Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+                Err(e) => Err(self.stream.err("ensureGroup", &e)),
             }
         })
     }
 
     fn insert(&self, messages: Vec<NewMessage>) -> BoxFuture<'_, Vec<Result<String>>> {
         Box::pin(async move {
-            let batch = SendBatch::new(&self.marker_names, &messages);
-            self.insert_batch(&messages, batch).await
+            let batch = SendBatch::new(&self.writer.marker_names, &messages);
+            self.writer.insert_batch(&messages, batch).await
         })
     }
 
@@ -91,7 +89,7 @@ impl Engine for RedisQueue {
         Box::pin(async move {
             // A failure is the queue's to ride out (its outage policy: capped, jittered
             // pauses that an abort ends).
-            self.claim_once(limit).await
+            self.reader.claim_once(limit).await
         })
     }
 
@@ -107,16 +105,18 @@ impl Engine for RedisQueue {
             if cancel.is_cancelled() {
                 return Ok(WaitOutcome::Cancelled);
             }
-            let waited = match self.shared.target.single_node() {
-                None => self.wait_shared(seen, cancel).await,
+            let waited = match self.stream.shared.target.single_node() {
+                None => self.reader.wait_shared(seen, cancel).await,
                 Some(node) => {
-                    let idle = IdleConsumer::enter(&self.shared.idle_consumers);
-                    if idle.among <= self.shared.reads.own_reads() && self.keep_own_read() {
-                        self.block_once(&node, cancel, 64).await
+                    let idle = IdleConsumer::enter(&self.stream.shared.idle_consumers);
+                    if idle.among <= self.stream.shared.reads.own_reads()
+                        && self.reader.keep_own_read()
+                    {
+                        self.reader.block_once(&node, cancel, 64).await
                     } else {
                         // Its own read is not kept while it shares.
-                        self.drop_own_read().await;
-                        self.wait_shared(seen, cancel).await
+                        self.reader.drop_own_read().await;
+                        self.reader.wait_shared(seen, cancel).await
                     }
                 }
             };
@@ -130,11 +130,11 @@ impl Engine for RedisQueue {
             // failed claim) must still skip them, or an ack waiting out an outage would see its
             // message delivered again. Each attempt names them as still held.
             let ids: Vec<String> = held.iter().map(|h| h.id.clone()).collect();
-            self.name_delivered(&ids);
+            self.reader.name_delivered(&ids);
             let written = self.delete_held(held).await;
             match written {
-                Ok(_) => self.forget_delivered(&ids),
-                Err(_) => self.name_delivered(&ids),
+                Ok(_) => self.reader.forget_delivered(&ids),
+                Err(_) => self.reader.name_delivered(&ids),
             }
             written
         })
@@ -142,11 +142,12 @@ impl Engine for RedisQueue {
 
     fn redeliver(&self, held: Held, copy: NewMessage) -> BoxFuture<'_, Result<Option<String>>> {
         Box::pin(async move {
-            self.forget_delivered(std::slice::from_ref(&held.id));
+            self.reader.forget_delivered(std::slice::from_ref(&held.id));
             if !is_stream_id(&held.id) {
                 return Ok(None);
             }
-            self.with_reconnect(|| self.redeliver_once(&held.id, &copy))
+            self.stream
+                .with_reconnect(|| self.writer.redeliver_once(&held.id, &copy))
                 .await
         })
     }
@@ -156,13 +157,14 @@ impl Engine for RedisQueue {
     fn release(&self, held: Vec<Held>) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
             let ids: Vec<String> = held.into_iter().map(|h| h.id).collect();
-            self.forget_delivered(&ids);
+            self.reader.forget_delivered(&ids);
             if ids.is_empty() {
                 return Ok(());
             }
-            self.renew_own(&ids, self.config.claim_idle, "release")
+            self.reader
+                .renew_own(&ids, self.stream.config.claim_idle, "release")
                 .await?;
-            let mut reclaim = self.reclaim.locked();
+            let mut reclaim = self.reader.reclaim.locked();
             reclaim.next_at = std::time::Instant::now();
             reclaim.cursor = "0-0".to_owned();
             Ok(())
@@ -174,14 +176,14 @@ impl Engine for RedisQueue {
             let ids: Vec<String> = held.iter().map(|h| h.id.clone()).collect();
             // Held by the queue whatever the answer: named before and after (an answer can
             // take up to the connect timeout).
-            self.name_delivered(&ids);
-            let renewed = self.renew_own(&ids, Duration::ZERO, "reclaim").await;
-            self.name_delivered(&ids);
+            self.reader.name_delivered(&ids);
+            let renewed = self.reader.renew_own(&ids, Duration::ZERO, "reclaim").await;
+            self.reader.name_delivered(&ids);
             let renewed: std::collections::HashSet<String> = renewed?.into_iter().collect();
             // Not ours any more (another consumer took them over, or they were settled): the
             // queue drops them, and nothing of ours is left to skip.
             let lost: Vec<String> = ids.into_iter().filter(|id| !renewed.contains(id)).collect();
-            self.forget_delivered(&lost);
+            self.reader.forget_delivered(&lost);
             Ok(held
                 .into_iter()
                 .filter(|h| renewed.contains(&h.id))
@@ -190,18 +192,18 @@ impl Engine for RedisQueue {
     }
 
     fn claim_lease(&self) -> Duration {
-        self.config.claim_idle
+        self.stream.config.claim_idle
     }
 
     /// Getting the command connection, then the pipeline: each within the connect timeout;
     /// with `waitForReplicas`, the `WAIT` too.
     fn send_bound(&self) -> Duration {
-        let steps = if self.config.wait_for_replicas > 0 {
+        let steps = if self.stream.config.wait_for_replicas > 0 {
             3
         } else {
             2
         };
-        self.shared.connect_timeout * steps + Duration::from_secs(1)
+        self.stream.shared.connect_timeout * steps + Duration::from_secs(1)
     }
 
     fn unanswered_send(&self) -> crate::support::error::Error {
@@ -218,16 +220,16 @@ impl Engine for RedisQueue {
 
     fn list(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
         Box::pin(async move {
-            let mut conn = self.conn("list").await?;
+            let mut conn = self.stream.conn("list").await?;
             let reply: Value = redis::cmd("XRANGE")
-                .arg(&self.config.stream)
+                .arg(&self.stream.config.stream)
                 .arg("-")
                 .arg("+")
                 .arg("COUNT")
                 .arg(limit)
                 .query_async(&mut conn)
                 .await
-                .map_err(|e| self.err("list", &e))?;
+                .map_err(|e| self.stream.err("list", &e))?;
             Ok(complete(parse_entries(&reply)))
         })
     }
@@ -237,14 +239,14 @@ impl Engine for RedisQueue {
             if !is_stream_id(&id) {
                 return Ok(None);
             }
-            let mut conn = self.conn("find").await?;
+            let mut conn = self.stream.conn("find").await?;
             let reply: Value = redis::cmd("XRANGE")
-                .arg(&self.config.stream)
+                .arg(&self.stream.config.stream)
                 .arg(&id)
                 .arg(&id)
                 .query_async(&mut conn)
                 .await
-                .map_err(|e| self.err("find", &e))?;
+                .map_err(|e| self.stream.err("find", &e))?;
             Ok(complete(parse_entries(&reply)).into_iter().next())
         })
     }
@@ -253,40 +255,40 @@ impl Engine for RedisQueue {
     /// again) plus delayed ones.
     fn count(&self) -> BoxFuture<'_, Result<i64>> {
         Box::pin(async move {
-            let mut conn = self.conn("count").await?;
+            let mut conn = self.stream.conn("count").await?;
             let (length, delayed): (i64, i64) = redis::pipe()
                 .cmd("XLEN")
-                .arg(&self.config.stream)
+                .arg(&self.stream.config.stream)
                 .cmd("ZCARD")
-                .arg(&self.config.delay_key)
+                .arg(&self.stream.config.delay_key)
                 .query_async(&mut conn)
                 .await
-                .map_err(|e| self.err("count", &e))?;
+                .map_err(|e| self.stream.err("count", &e))?;
             // Pending entries idle for claimIdleMs or more (a dead consumer's, or handed back
             // by a finished get()) are claimable again: they count as waiting.
             let summary: redis::RedisResult<Value> = redis::cmd("XPENDING")
-                .arg(&self.config.stream)
-                .arg(&self.config.group)
+                .arg(&self.stream.config.stream)
+                .arg(&self.stream.config.group)
                 .query_async(&mut conn)
                 .await;
             let pending = match summary {
                 Ok(Value::Array(items)) => items.first().and_then(as_i64).unwrap_or(0),
                 Ok(_) => 0,
                 Err(e) if classify(&e) == ErrorKind::NotFound => 0,
-                Err(e) => return Err(self.err("count", &e)),
+                Err(e) => return Err(self.stream.err("count", &e)),
             };
             let claimable = if pending > 0 {
                 let stale: Value = redis::cmd("XPENDING")
-                    .arg(&self.config.stream)
-                    .arg(&self.config.group)
+                    .arg(&self.stream.config.stream)
+                    .arg(&self.stream.config.group)
                     .arg("IDLE")
-                    .arg(self.config.claim_idle.as_millis() as u64)
+                    .arg(self.stream.config.claim_idle.as_millis() as u64)
                     .arg("-")
                     .arg("+")
                     .arg(pending)
                     .query_async(&mut conn)
                     .await
-                    .map_err(|e| self.err("count", &e))?;
+                    .map_err(|e| self.stream.err("count", &e))?;
                 match stale {
                     Value::Array(items) => items.len() as i64,
                     _ => 0,
@@ -301,7 +303,7 @@ impl Engine for RedisQueue {
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            self.drop_own_read().await;
+            self.reader.drop_own_read().await;
             self.leave_shared().await;
         })
     }
@@ -317,7 +319,8 @@ impl RedisQueue {
             .partition(|h| h.token.is_some());
         let by_id: Vec<String> = by_id.into_iter().map(|h| h.id).collect();
         if !by_id.is_empty() {
-            self.with_reconnect(|| self.ack_and_delete(by_id.clone(), "ack"))
+            self.stream
+                .with_reconnect(|| self.stream.ack_and_delete(by_id.clone(), "ack"))
                 .await?;
         }
         if fenced.is_empty() {
@@ -325,7 +328,8 @@ impl RedisQueue {
         }
         let fenced: Vec<String> = fenced.into_iter().map(|h| h.id).collect();
         let settled = self
-            .with_reconnect(|| self.settle_own(&fenced, "ack"))
+            .stream
+            .with_reconnect(|| self.writer.settle_own(&fenced, "ack"))
             .await?;
         Ok((fenced.len() as u64).saturating_sub(settled))
     }

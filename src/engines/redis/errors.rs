@@ -6,8 +6,26 @@
 
 use crate::support::error::{Cause, Error, ErrorKind, Outcome};
 
+/// The code of the server's reply (`NOGROUP`, `UNBLOCKED`, …). Redis before 7.0 answers a
+/// script whose call failed with `ERR Error running script …: NOGROUP …`: the call's code is
+/// the first code-like word of that detail.
+pub(super) fn reply_code(err: &redis::RedisError) -> Option<&str> {
+    match err.code() {
+        Some("ERR") => err
+            .detail()
+            .filter(|detail| detail.starts_with("Error running script"))
+            .and_then(|detail| {
+                detail
+                    .split_whitespace()
+                    .find(|word| word.len() > 3 && word.bytes().all(|b| b.is_ascii_uppercase()))
+            })
+            .or(Some("ERR")),
+        code => code,
+    }
+}
+
 pub(super) fn classify(err: &redis::RedisError) -> ErrorKind {
-    if err.code() == Some("NOGROUP") || err.to_string().contains("NOGROUP") {
+    if reply_code(err) == Some("NOGROUP") {
         ErrorKind::NotFound
     } else if err.is_io_error()
         || err.is_connection_refusal()
@@ -82,9 +100,11 @@ fn is_refusal(err: &redis::RedisError) -> bool {
         || is_bad_database(err)
 }
 
-/// `SELECT n` refused: the DSN names a database number out of the server's range.
+/// `SELECT n` refused: the DSN names a database number out of the server's range (a plain
+/// `ERR` reply, told apart by its text alone).
 fn is_bad_database(err: &redis::RedisError) -> bool {
-    err.to_string().contains("DB index is out of range")
+    err.detail()
+        .is_some_and(|detail| detail.starts_with("DB index is out of range"))
 }
 
 /// What a command (or transaction, or script) that failed with `err` did: nothing when the

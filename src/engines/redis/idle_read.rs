@@ -381,7 +381,7 @@ impl IdleRead {
                     self.woken_by(&reply);
                 }
                 // A stream key went away under the read: read again over what is left.
-                Some(Err(e)) if e.to_string().contains("UNBLOCKED") => {
+                Some(Err(e)) if e.code() == Some("UNBLOCKED") => {
                     open = Some((conn, client_id));
                 }
                 Some(Err(e)) => {

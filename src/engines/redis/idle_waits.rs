@@ -8,8 +8,8 @@
 use super::blocked::{open_blocked_read, unblock_read, READ_MARGIN};
 use super::connection::SingleNode;
 use super::idle_read::{Connect, Watched, IDLE_CAP};
+use super::reads::Reader;
 use super::replies::parse_read_reply;
-use super::stream_queue::RedisQueue;
 use crate::queue::engine::WaitOutcome;
 use crate::queue::wake::WaitEnd;
 use crate::support::error::Result;
@@ -19,7 +19,7 @@ use redis::Value;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-impl RedisQueue {
+impl Reader {
     /// Blocks on our own connection until an entry arrives, a delayed member is due, the
     /// next reclaim pass is due or the poll interval passes (so members delayed by other
     /// processes are promoted in time), or `cancel` fires.
@@ -29,13 +29,13 @@ impl RedisQueue {
         cancel: &CancellationToken,
         limit: u32,
     ) -> Result<WaitOutcome> {
-        let delayed_seen = self.delayed_added.seq();
+        let delayed_seen = self.stream.delayed_added.seq();
         let until_reclaim = {
             let reclaim = self.reclaim.locked();
             reclaim.next_at.saturating_duration_since(Instant::now())
         };
-        let next_due = *self.next_due.locked();
-        let mut block = self.config.poll_interval.min(until_reclaim);
+        let next_due = *self.stream.next_due.locked();
+        let mut block = self.stream.config.poll_interval.min(until_reclaim);
         if let Some(due) = next_due {
             block = block.min(due);
         }
@@ -70,7 +70,7 @@ impl RedisQueue {
                 _ = tokio::time::sleep(block), if client_id.is_some() => (Some(self.unblock(client_id, &mut reading).await), false),
                 // This instance just added a delayed message that may be due before the block
                 // ends: end it now so the wait is planned again around that member.
-                _ = self.delayed_added.changed(delayed_seen), if client_id.is_some() => (Some(self.unblock(client_id, &mut reading).await), false),
+                _ = self.stream.delayed_added.changed(delayed_seen), if client_id.is_some() => (Some(self.unblock(client_id, &mut reading).await), false),
                 // No way to end the block early (the server refused CLIENT ID): past its BLOCK
                 // time and a margin, the connection is taken for dead (a silent peer) and
                 // dropped below.
@@ -115,14 +115,14 @@ impl RedisQueue {
             }
             // The stream key went away under the block (deleted, or its slot migrated): not an
             // error of the consumer's; the next claim finds out where things stand.
-            Some(Err(e)) if e.to_string().contains("UNBLOCKED") => {
+            Some(Err(e)) if e.code() == Some("UNBLOCKED") => {
                 *guard = Some((conn, client_id));
                 Ok(WaitOutcome::TimedOut)
             }
             Some(Err(e)) => {
                 node.heard(&e);
                 self.lost_a_read();
-                Err(self.err("read", &e))
+                Err(self.stream.err("read", &e))
             }
         };
         if cancelled {
@@ -141,7 +141,7 @@ impl RedisQueue {
     pub(super) fn keep_own_read(&self) -> bool {
         let mut slot = self.read_slot.locked();
         if slot.is_none() {
-            *slot = self.shared.reads.reserve();
+            *slot = self.stream.shared.reads.reserve();
         }
         slot.is_some()
     }
@@ -156,11 +156,11 @@ impl RedisQueue {
         &self,
         node: &SingleNode,
     ) -> Result<(MultiplexedConnection, Option<i64>)> {
-        open_blocked_read(node, self.shared.connect_timeout)
+        open_blocked_read(node, self.stream.shared.connect_timeout)
             .await
             .map_err(|failure| match failure {
-                Some(e) => self.err("read", &e),
-                None => self.shared.no_answer("read"),
+                Some(e) => self.stream.err("read", &e),
+                None => self.stream.shared.no_answer("read"),
             })
     }
 
@@ -175,7 +175,7 @@ impl RedisQueue {
         F: std::future::Future<Output = redis::RedisResult<Value>>,
     {
         let commands = match client_id {
-            Some(_) => self.shared.conn("read").await.ok(),
+            Some(_) => self.stream.shared.conn("read").await.ok(),
             None => None,
         };
         unblock_read(commands, client_id, reading).await
@@ -195,30 +195,30 @@ impl RedisQueue {
         let Some(top) = self.top.locked().take() else {
             return Ok(WaitOutcome::Woken);
         };
-        let delayed_seen = self.delayed_added.seq();
-        let next_due = *self.next_due.locked();
+        let delayed_seen = self.stream.delayed_added.seq();
+        let next_due = *self.stream.next_due.locked();
         let wait = next_due.map_or(IDLE_CAP, |due| due.min(IDLE_CAP));
-        let commands = self.conn("read").await?;
+        let commands = self.stream.conn("read").await?;
         let reclaim_at = self.reclaim.locked().next_at;
         let watched = Watched {
-            stream: self.config.stream.clone(),
-            signal: self.wake.clone(),
-            delay_key: self.config.delay_key.clone(),
-            group: self.config.group.clone(),
-            claim_idle: self.config.claim_idle,
+            stream: self.stream.config.stream.clone(),
+            signal: self.stream.wake.clone(),
+            delay_key: self.stream.config.delay_key.clone(),
+            group: self.stream.config.group.clone(),
+            claim_idle: self.stream.config.claim_idle,
             reclaim_at,
             reclaim_period: self.reclaim_period(),
-            poll: self.config.poll_interval,
+            poll: self.stream.config.poll_interval,
             knows_delayed: next_due.is_some(),
         };
-        let registered = self.shared.idle.register(watched, top, || Connect {
-            target: self.shared.target.clone(),
+        let registered = self.stream.shared.idle.register(watched, top, || Connect {
+            target: self.stream.shared.target.clone(),
             commands,
-            timeout: self.shared.connect_timeout,
+            timeout: self.stream.shared.connect_timeout,
         });
         let end = tokio::select! {
-            end = self.wake.wait(seen, wait, cancel) => end,
-            _ = self.delayed_added.changed(delayed_seen) => WaitEnd::Woken,
+            end = self.stream.wake.wait(seen, wait, cancel) => end,
+            _ = self.stream.delayed_added.changed(delayed_seen) => WaitEnd::Woken,
         };
         // Cancelled (get() aborted, close): out of the read at once. Otherwise the consumer
         // claims and is most likely back in a few milliseconds.

@@ -3,7 +3,8 @@
 //! works on streams of its own.
 
 use super::send_batch::SendBatch;
-use super::stream_queue::{RedisQueue, StreamConfig};
+use super::stream::StreamConfig;
+use super::stream_queue::RedisQueue;
 use crate::queue::engine::NewMessage;
 use crate::support::error::Outcome;
 use std::time::Duration;
@@ -51,8 +52,8 @@ async fn queue_and_client(name: &str) -> (RedisQueue, redis::aio::MultiplexedCon
 /// Removes a test's stream and delayed set.
 async fn remove(queue: &RedisQueue, conn: &mut redis::aio::MultiplexedConnection) {
     let _: () = redis::cmd("DEL")
-        .arg(&queue.config.stream)
-        .arg(&queue.config.delay_key)
+        .arg(&queue.stream.config.stream)
+        .arg(&queue.stream.config.delay_key)
         .query_async(conn)
         .await
         .expect("DEL");
@@ -85,7 +86,10 @@ async fn scripts_run(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
 #[tokio::test]
 async fn a_batch_whose_delayed_part_fails_answers_each_message_for_itself() {
     let (queue, mut conn) = queue_and_client("parts").await;
-    let (stream, delay_key) = (queue.config.stream.clone(), queue.config.delay_key.clone());
+    let (stream, delay_key) = (
+        queue.stream.config.stream.clone(),
+        queue.stream.config.delay_key.clone(),
+    );
     let _: () = redis::cmd("SET")
         .arg(&delay_key)
         .arg("not a sorted set")
@@ -94,7 +98,8 @@ async fn a_batch_whose_delayed_part_fails_answers_each_message_for_itself() {
         .expect("SET");
     let batch = messages(20, 3);
     let answers = queue
-        .insert_batch(&batch, SendBatch::new(&queue.marker_names, &batch))
+        .writer
+        .insert_batch(&batch, SendBatch::new(&queue.writer.marker_names, &batch))
         .await;
     let stored = answers[..20].iter().filter(|a| a.is_ok()).count();
     let refused: Vec<_> = answers[20..]
@@ -123,16 +128,18 @@ async fn a_batch_whose_delayed_part_fails_answers_each_message_for_itself() {
 #[tokio::test]
 async fn a_batch_of_delayed_messages_is_one_script_call() {
     let (queue, mut conn) = queue_and_client("delayed").await;
-    let delay_key = queue.config.delay_key.clone();
+    let delay_key = queue.stream.config.delay_key.clone();
     // A first one loads the script (its first call may be a plain EVAL).
     let first = messages(0, 1);
     let _ = queue
-        .insert_batch(&first, SendBatch::new(&queue.marker_names, &first))
+        .writer
+        .insert_batch(&first, SendBatch::new(&queue.writer.marker_names, &first))
         .await;
     let before = scripts_run(&mut conn).await;
     let batch = messages(0, 50);
     let answers = queue
-        .insert_batch(&batch, SendBatch::new(&queue.marker_names, &batch))
+        .writer
+        .insert_batch(&batch, SendBatch::new(&queue.writer.marker_names, &batch))
         .await;
     let calls = scripts_run(&mut conn).await - before;
     let members: u64 = redis::cmd("ZCARD")

@@ -4,13 +4,14 @@
 //! a cluster, one key-tracking connection per node), delayed messages
 //! promoted atomically on Redis's clock, and stalled entries reclaimed periodically.
 //!
-//! One concern per file: `stream_queue` (the consumer and the deployment it shares, and how
-//! failures are reported and ridden out), `engine` (the `Engine` impl, and the direct wire),
-//! `reads` (claims, XAUTOCLAIM), `idle_waits` (a consumer's idle wait), `idle_read` (the
+//! One concern per file: `stream_queue` (the consumer: a reader and a writer over a stream),
+//! `stream` (the stream and the deployment it shares, and how failures are reported and ridden
+//! out), `engine` (the consumer's `Engine` impl, and the direct wire), `reads` (the reader:
+//! claims, XAUTOCLAIM), `idle_waits` (the reader's idle wait), `idle_read` (the
 //! blocking read and poll the idle consumers share; `idle_read/tracking`, a cluster's key
 //! tracking in the read's place), `blocked` (ending a blocked read early), `delivered` (the
-//! pending entries the queue holds, which re-reads skip), `writes` (sends, delayed adds,
-//! rejects, acks), `send_batch` (a batch's marker and first transaction, no I/O), `replies`
+//! pending entries the queue holds, which re-reads skip), `writes` (the writer: sends, delayed
+//! adds, rejects, acks), `send_batch` (a batch's marker and first transaction, no I/O), `replies`
 //! (reply parsing, no I/O), `errors` (classification and causes), `spent_markers` (batch
 //! markers no send reads again, deleted in sets),
 //! `connection` (node, TLS, cluster), `slot` (cluster key slots), `direct` (a single node's
@@ -35,7 +36,9 @@ mod send_batch;
 pub mod sentinel;
 pub mod slot;
 mod spent_markers;
+mod stream;
 mod stream_queue;
 mod writes;
 
-pub use stream_queue::{RedisQueue, StreamConfig};
+pub use stream::StreamConfig;
+pub use stream_queue::RedisQueue;

@@ -8,16 +8,19 @@
 
 use super::connection::Conn;
 use super::delivered::Delivered;
+use super::read_budget::ReadSlot;
 use super::replies::{
     as_i64, as_string, last_id, parse_autoclaim_reply, parse_read_reply, read_reply_page, Entry,
+    StreamId,
 };
-use super::stream_queue::RedisQueue;
-use crate::queue::engine::StoredMessage;
+use super::stream::Stream;
+use crate::queue::engine::{ClaimToken, StoredMessage};
 use crate::support::error::Result;
 use crate::support::locks::Locked;
+use redis::aio::MultiplexedConnection;
 use redis::{Script, Value};
 use std::collections::HashSet;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 /// Most delayed members one promotion moves to the stream.
@@ -31,7 +34,48 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scri
 /// so entries past the first page are not hidden until the claim idle time.
 const RECOVER_PAGE: u32 = 128;
 
-impl RedisQueue {
+/// The reading side of one consumer: its claims, what it holds, and its own blocking read.
+pub(super) struct Reader {
+    pub(super) stream: Arc<Stream>,
+    /// This consumer's connection for blocking reads (single node only), and its `CLIENT ID`
+    /// (so a block can be ended early with `CLIENT UNBLOCK` instead of dropping the connection).
+    pub(super) blocking: tokio::sync::Mutex<Option<(MultiplexedConnection, Option<i64>)>>,
+    /// This consumer's share of the deployment's own reads, while it keeps one.
+    pub(super) read_slot: Mutex<Option<ReadSlot>>,
+    /// The stream's last id as read just before the last claim's read of new entries (single
+    /// node): what an idle wait after an empty claim registers with the shared read.
+    pub(super) top: Mutex<Option<StreamId>>,
+    /// Entries of our pending list the queue holds (skipped when re-reading it).
+    delivered: Mutex<Delivered>,
+    /// Where the next claim re-reads our own pending entries from: `0` after a read whose
+    /// reply may have been lost (entries it took sit in our PEL), the last id re-read while a
+    /// re-read still finds full pages; `None` when there is nothing to re-read.
+    recover_from: Mutex<Option<String>>,
+    pub(super) reclaim: Mutex<Reclaim>,
+}
+
+/// XAUTOCLAIM bookkeeping: run every `claimIdleMs / 2` (not on every read), cursor kept.
+pub(super) struct Reclaim {
+    pub(super) cursor: String,
+    pub(super) next_at: Instant,
+}
+
+impl Reader {
+    pub(super) fn new(stream: Arc<Stream>) -> Self {
+        Self {
+            stream,
+            blocking: tokio::sync::Mutex::new(None),
+            read_slot: Mutex::new(None),
+            top: Mutex::new(None),
+            delivered: Mutex::default(),
+            recover_from: Mutex::new(None),
+            reclaim: Mutex::new(Reclaim {
+                cursor: "0-0".to_owned(),
+                next_at: Instant::now(),
+            }),
+        }
+    }
+
     /// Turns stream entries into messages; entries without `body`/`headers` (foreign) are
     /// acknowledged and deleted, so they never loop.
     pub(super) async fn accept_entries(&self, entries: Vec<Entry>) -> Result<Vec<StoredMessage>> {
@@ -44,13 +88,13 @@ impl RedisQueue {
                     id: entry.id,
                     body,
                     headers,
-                    token: Some(0),
+                    token: Some(ClaimToken::PendingOwner),
                 }),
                 _ => foreign.push(entry.id),
             }
         }
         if !foreign.is_empty() {
-            self.ack_and_delete(foreign, "discard").await?;
+            self.stream.ack_and_delete(foreign, "discard").await?;
         }
         self.delivered()
             .hold(messages.iter().map(|m| m.id.clone()), Instant::now());
@@ -63,14 +107,16 @@ impl RedisQueue {
     pub(super) fn read_group(&self, limit: u32, block: Option<Duration>, from: &str) -> redis::Cmd {
         let mut read = redis::cmd("XREADGROUP");
         read.arg("GROUP")
-            .arg(&self.config.group)
-            .arg(&self.config.consumer)
+            .arg(&self.stream.config.group)
+            .arg(&self.stream.config.consumer)
             .arg("COUNT")
             .arg(limit);
         if let Some(block) = block {
             read.arg("BLOCK").arg(block.as_millis().max(1) as u64);
         }
-        read.arg("STREAMS").arg(&self.config.stream).arg(from);
+        read.arg("STREAMS")
+            .arg(&self.stream.config.stream)
+            .arg(from);
         read
     }
 
@@ -101,7 +147,7 @@ impl RedisQueue {
     }
 
     async fn claim_from_server(&self, limit: u32) -> Result<Vec<StoredMessage>> {
-        let mut conn = self.conn("read").await?;
+        let mut conn = self.stream.conn("read").await?;
         let mut entries = Vec::new();
         // What we hold, as of before the reads: an entry acked (and forgotten) while a read
         // was under way may be in its reply, and must still be skipped.
@@ -110,7 +156,7 @@ impl RedisQueue {
         let delivered = if recovering.is_some() || reclaiming {
             let held = self
                 .delivered()
-                .still_held(Instant::now(), self.config.claim_idle);
+                .still_held(Instant::now(), self.stream.config.claim_idle);
             self.note_tracked();
             held
         } else {
@@ -122,7 +168,7 @@ impl RedisQueue {
                 .read_group(page, None, &from)
                 .query_async(&mut conn)
                 .await
-                .map_err(|e| self.err("read", &e))?;
+                .map_err(|e| self.stream.err("read", &e))?;
             if let (read, Some(last)) = read_reply_page(&reply) {
                 if read >= page as usize {
                     self.recover_after(last);
@@ -149,10 +195,10 @@ impl RedisQueue {
     /// between the two commands only wakes the consumer once for nothing). The three keys
     /// share a slot, so a cluster sends them to one node.
     async fn promote_and_read(&self, conn: &mut Conn, limit: u32) -> Result<Value> {
-        let cluster = self.config.connect.cluster;
+        let cluster = self.stream.config.connect.cluster;
         let read = self.read_group(limit, None, ">");
         let mut top = redis::cmd("XREVRANGE");
-        top.arg(&self.config.stream)
+        top.arg(&self.stream.config.stream)
             .arg("+")
             .arg("-")
             .arg("COUNT")
@@ -161,8 +207,8 @@ impl RedisQueue {
         promote
             .arg(PROMOTE.get_hash())
             .arg(2)
-            .arg(&self.config.delay_key)
-            .arg(&self.config.stream)
+            .arg(&self.stream.config.delay_key)
+            .arg(&self.stream.config.stream)
             .arg(PROMOTE_LIMIT);
         let mut pipe = redis::pipe();
         pipe.add_command(promote).add_command(top).add_command(read);
@@ -183,11 +229,11 @@ impl RedisQueue {
                 let promoted = self
                     .promote(conn)
                     .await
-                    .map_err(|e| self.err("drainDelayed", &e))?;
+                    .map_err(|e| self.stream.err("drainDelayed", &e))?;
                 self.note_next_due(&promoted);
                 return Ok(Value::Nil);
             }
-            Err(e) => return Err(self.err("drainDelayed", &e)),
+            Err(e) => return Err(self.stream.err("drainDelayed", &e)),
         };
         let mut replies = replies.into_iter();
         let (promoted, top, read) = (replies.next(), replies.next(), replies.next());
@@ -201,19 +247,19 @@ impl RedisQueue {
                     Err(e) => {
                         // The read ran: what it took is re-read by the next claim.
                         self.lost_a_read();
-                        return Err(self.err("drainDelayed", &e));
+                        return Err(self.stream.err("drainDelayed", &e));
                     }
                 }
             }
             Err(e) => {
                 self.lost_a_read();
-                return Err(self.err("drainDelayed", &e));
+                return Err(self.stream.err("drainDelayed", &e));
             }
         }
         let reply = read
             .unwrap_or(Value::Nil)
             .extract_error()
-            .map_err(|e| self.err("read", &e))?;
+            .map_err(|e| self.stream.err("read", &e))?;
         *self.top.locked() = top.and_then(|t| last_id(&t));
         Ok(reply)
     }
@@ -222,8 +268,8 @@ impl RedisQueue {
     /// if the server does not have it).
     async fn promote(&self, conn: &mut Conn) -> redis::RedisResult<Value> {
         PROMOTE
-            .key(&self.config.delay_key)
-            .key(&self.config.stream)
+            .key(&self.stream.config.delay_key)
+            .key(&self.stream.config.stream)
             .arg(PROMOTE_LIMIT)
             .invoke_async(conn)
             .await
@@ -246,7 +292,7 @@ impl RedisQueue {
 
     /// Shows how many entries are kept as held in `stats()`.
     fn note_tracked(&self) {
-        if let Some(counters) = self.counters.get() {
+        if let Some(counters) = self.stream.counters.get() {
             counters.track_ids(self.delivered().len());
         }
     }
@@ -265,16 +311,16 @@ impl RedisQueue {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let mut conn = self.conn(op).await?;
+        let mut conn = self.stream.conn(op).await?;
         let reply: Value = RENEW
-            .key(&self.config.stream)
-            .arg(&self.config.group)
-            .arg(&self.config.consumer)
+            .key(&self.stream.config.stream)
+            .arg(&self.stream.config.group)
+            .arg(&self.stream.config.consumer)
             .arg(idle.as_millis() as u64)
             .arg(ids)
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| self.err(op, &e))?;
+            .map_err(|e| self.stream.err(op, &e))?;
         Ok(match reply {
             Value::Array(items) => items.iter().filter_map(as_string).collect(),
             _ => Vec::new(),
@@ -282,7 +328,7 @@ impl RedisQueue {
     }
 
     pub(super) fn reclaim_period(&self) -> Duration {
-        (self.config.claim_idle / 2).clamp(Duration::from_millis(10), Duration::from_secs(5))
+        (self.stream.config.claim_idle / 2).clamp(Duration::from_millis(10), Duration::from_secs(5))
     }
 
     fn reclaim_due(&self) -> bool {
@@ -299,16 +345,16 @@ impl RedisQueue {
     ) -> Result<Vec<Entry>> {
         let cursor = self.reclaim.locked().cursor.clone();
         let reply: Value = redis::cmd("XAUTOCLAIM")
-            .arg(&self.config.stream)
-            .arg(&self.config.group)
-            .arg(&self.config.consumer)
-            .arg(self.config.claim_idle.as_millis() as u64)
+            .arg(&self.stream.config.stream)
+            .arg(&self.stream.config.group)
+            .arg(&self.stream.config.consumer)
+            .arg(self.stream.config.claim_idle.as_millis() as u64)
             .arg(&cursor)
             .arg("COUNT")
             .arg(limit)
             .query_async(conn)
             .await
-            .map_err(|e| self.err("reclaim", &e))?;
+            .map_err(|e| self.stream.err("reclaim", &e))?;
         let (next, mut entries) = parse_autoclaim_reply(reply);
         // Our own entries idle past the threshold (a renewal held up by an outage) are ours
         // already and held in our buffer or a handler: taking them again would deliver them
@@ -329,7 +375,7 @@ impl RedisQueue {
             Value::Array(items) => items.get(2).and_then(as_i64),
             _ => None,
         };
-        *self.next_due.locked() = wait
+        *self.stream.next_due.locked() = wait
             .filter(|ms| *ms >= 0)
             .map(|ms| Duration::from_millis(ms as u64));
     }

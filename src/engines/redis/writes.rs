@@ -9,14 +9,14 @@
 
 use super::replies::as_string;
 use super::send_batch::{first_refusal, SendBatch, SENT_MARKER_TTL_MS, STORED_BY_TRANSACTION};
-use super::stream_queue::RedisQueue;
+use super::stream::Stream;
 use crate::queue::engine::NewMessage;
 use crate::support::backoff::Backoff;
 use crate::support::error::{Error, Outcome, Result};
 use crate::support::locks::Locked;
 use redis::{Script, Value};
 use std::sync::atomic::Ordering;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 static INSERT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/insert.lua")));
@@ -66,7 +66,25 @@ enum Part {
     Delayed,
 }
 
-impl RedisQueue {
+/// The writing side of one stream: sends, redeliveries and settles.
+pub(super) struct Writer {
+    pub(super) stream: Arc<Stream>,
+    /// Markers of this stream's batches that no send will read again, waiting to be deleted
+    /// a full set at a time (`forget_marker`).
+    spent_markers: super::spent_markers::SpentMarkers,
+    /// The names this stream's batch markers get.
+    pub(super) marker_names: super::send_batch::MarkerNames,
+}
+
+impl Writer {
+    pub(super) fn new(stream: Arc<Stream>) -> Self {
+        Self {
+            marker_names: super::send_batch::MarkerNames::for_stream(&stream.config),
+            spent_markers: Default::default(),
+            stream,
+        }
+    }
+
     /// Stores `batch` (attempts at one batch are the same batch: see `SendBatch`), answering
     /// each message for itself: the due part and the delayed part are written apart (each
     /// all or nothing), so a delayed set of another type, say, fails only the delayed sends.
@@ -164,7 +182,7 @@ impl RedisQueue {
                 }
                 Err(failure)
                     if failure.may_send_again(repeatable, resent)
-                        && self.contacted.load(Ordering::Acquire) =>
+                        && self.stream.contacted.load(Ordering::Acquire) =>
                 {
                     resent = true;
                 }
@@ -178,20 +196,20 @@ impl RedisQueue {
     /// `waitForReplicas` asks for (`WAIT`, bounded by the connect timeout): a write the replicas
     /// did not acknowledge in time is on the master only, and may be lost in a hard failover.
     async fn replicated(&self) -> Result<()> {
-        let wanted = self.config.wait_for_replicas;
+        let wanted = self.stream.config.wait_for_replicas;
         if wanted == 0 {
             return Ok(());
         }
         // Within the reply bound of the command connection (the connect timeout), so that the
         // server answers with how many acknowledged before the client gives up on it.
-        let timeout = self.shared.connect_timeout * 3 / 4;
-        let mut conn = self.conn("send").await?;
+        let timeout = self.stream.shared.connect_timeout * 3 / 4;
+        let mut conn = self.stream.conn("send").await?;
         let acknowledged: i64 = redis::cmd("WAIT")
             .arg(wanted)
             .arg(timeout.as_millis() as u64)
             .query_async(&mut conn)
             .await
-            .map_err(|e| self.err("send", &e).with_outcome(Outcome::Unknown))?;
+            .map_err(|e| self.stream.err("send", &e).with_outcome(Outcome::Unknown))?;
         if acknowledged >= i64::from(wanted) {
             return Ok(());
         }
@@ -211,10 +229,10 @@ impl RedisQueue {
             return;
         };
         let due = crate::support::durations::millis(earliest);
-        let mut next_due = self.next_due.locked();
+        let mut next_due = self.stream.next_due.locked();
         *next_due = Some(next_due.map_or(due, |known| known.min(due)));
         drop(next_due);
-        self.delayed_added.wake();
+        self.stream.delayed_added.wake();
     }
 
     /// Notes the marker of a batch answered at its first attempt (never read again), and
@@ -225,7 +243,7 @@ impl RedisQueue {
         let Some(keys) = self.spent_markers.note(marker) else {
             return;
         };
-        let shared = self.shared.clone();
+        let shared = self.stream.shared.clone();
         napi::bindgen_prelude::spawn(async move {
             let delete = async {
                 let mut conn = shared.open_conn().await?;
@@ -243,7 +261,7 @@ impl RedisQueue {
     /// command did not run it; a connection failure leaves it unknown (and, when the
     /// connection was found closed, worth one repeat); anything else is the server's refusal.
     fn send_failure(&self, e: &redis::RedisError, one_command: bool) -> InsertFailure {
-        let error = self.err("send", e);
+        let error = self.stream.err("send", e);
         if one_command && e.is_cluster_error() {
             InsertFailure {
                 error: Error {
@@ -283,7 +301,7 @@ impl RedisQueue {
         due: &[&NewMessage],
         batch: &SendBatch,
     ) -> std::result::Result<Vec<String>, InsertFailure> {
-        let mut conn = self.conn("send").await?;
+        let mut conn = self.stream.conn("send").await?;
         // A redirect (MOVED, ASK, TRYAGAIN, CLUSTERDOWN: the slot is migrating) answers a command
         // instead of running it: a batch of one command that got one was not applied and may be
         // sent again. (A longer pipeline may have run its first commands before the key moved.)
@@ -305,8 +323,8 @@ impl RedisQueue {
         delayed: &[&NewMessage],
         nonces: &[String],
     ) -> std::result::Result<Vec<String>, InsertFailure> {
-        let mut conn = self.conn("send").await?;
-        let mut add = ADD_DELAYED.key(&self.config.delay_key);
+        let mut conn = self.stream.conn("send").await?;
+        let mut add = ADD_DELAYED.key(&self.stream.config.delay_key);
         for (m, nonce) in delayed.iter().zip(nonces) {
             add.arg(m.delay_ms.ceil() as u64)
                 .arg(self.delayed_member(nonce, &m.body, &m.headers)?);
@@ -324,23 +342,23 @@ impl RedisQueue {
         id: &str,
         copy: &NewMessage,
     ) -> Result<Option<String>> {
-        let mut conn = self.conn("reject").await?;
+        let mut conn = self.stream.conn("reject").await?;
         let nonce = uuid::Uuid::new_v4().to_string();
         let member = self.delayed_member(&nonce, &copy.body, &copy.headers)?;
         let reply: Value = REDELIVER
-            .key(&self.config.stream)
-            .key(&self.config.delay_key)
-            .arg(&self.config.group)
+            .key(&self.stream.config.stream)
+            .key(&self.stream.config.delay_key)
+            .arg(&self.stream.config.group)
             .arg(id)
             .arg(&copy.body)
             .arg(&copy.headers)
             .arg(copy.delay_ms.max(0.0).ceil() as u64)
             .arg(member)
             .arg(&nonce)
-            .arg(&self.config.consumer)
+            .arg(&self.stream.config.consumer)
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| self.err("reject", &e))?;
+            .map_err(|e| self.stream.err("reject", &e))?;
         Ok(as_string(&reply))
     }
 
@@ -351,7 +369,7 @@ impl RedisQueue {
         marker: &str,
         due: &[&NewMessage],
     ) -> redis::RedisResult<Vec<String>> {
-        let mut insert = INSERT.key(&self.config.stream);
+        let mut insert = INSERT.key(&self.stream.config.stream);
         insert.key(marker).arg(SENT_MARKER_TTL_MS);
         for m in due {
             insert.arg(&m.body).arg(&m.headers);
@@ -388,7 +406,7 @@ impl RedisQueue {
             // One command, not a pipeline of one: the cluster client follows a redirect for a
             // command by itself, while one for a pipeline may come back mid-migration.
             let id: String = redis::cmd("XADD")
-                .arg(&self.config.stream)
+                .arg(&self.stream.config.stream)
                 .arg("*")
                 .arg("body")
                 .arg(&m.body)
@@ -406,7 +424,7 @@ impl RedisQueue {
         let mut pipe = redis::pipe();
         for m in due {
             pipe.cmd("XADD")
-                .arg(&self.config.stream)
+                .arg(&self.stream.config.stream)
                 .arg("*")
                 .arg("body")
                 .arg(&m.body)
@@ -433,36 +451,18 @@ impl RedisQueue {
         let Some((first, last)) = id_range(ids) else {
             return Ok(0);
         };
-        let mut conn = self.conn(op).await?;
+        let mut conn = self.stream.conn(op).await?;
         let settled: i64 = SETTLE
-            .key(&self.config.stream)
-            .arg(&self.config.group)
-            .arg(&self.config.consumer)
+            .key(&self.stream.config.stream)
+            .arg(&self.stream.config.group)
+            .arg(&self.stream.config.consumer)
             .arg(first)
             .arg(last)
             .arg(ids)
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| self.err(op, &e))?;
+            .map_err(|e| self.stream.err(op, &e))?;
         Ok(settled.max(0) as u64)
-    }
-
-    pub(super) async fn ack_and_delete(&self, ids: Vec<String>, op: &str) -> Result<()> {
-        let mut conn = self.conn(op).await?;
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .cmd("XACK")
-            .arg(&self.config.stream)
-            .arg(&self.config.group)
-            .arg(&ids)
-            .ignore()
-            .cmd("XDEL")
-            .arg(&self.config.stream)
-            .arg(&ids)
-            .ignore();
-        pipe.query_async::<()>(&mut conn)
-            .await
-            .map_err(|e| self.err(op, &e))
     }
 }
 

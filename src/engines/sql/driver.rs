@@ -5,7 +5,7 @@
 //! for any sqlx database that can bind and decode those few types. Its bounds are stated once,
 //! on the blanket impl, so generic code only names `D::Db: Driver`.
 
-use crate::queue::engine::{Held, StoredMessage};
+use crate::queue::engine::{ClaimToken, Held, StoredMessage};
 use futures_util::future::BoxFuture;
 use sqlx::database::{Database, HasStatementCache};
 use sqlx::{ColumnIndex, Connection, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
@@ -137,7 +137,7 @@ pub trait Driver: Database + HasStatementCache {
     /// A claimed `(id, body, headers, token)` row as a message held by this process.
     fn claimed_of(row: &Self::Row) -> SqlResult<StoredMessage> {
         let mut message = Self::message_of(row)?;
-        message.token = Some(Self::token_of(row)?);
+        message.token = Some(ClaimToken::DeliveredAt(Self::token_of(row)?));
         Ok(message)
     }
 
@@ -214,7 +214,7 @@ where
                 .map(|row| {
                     Ok(Held {
                         id: row.try_get("id")?,
-                        token: Some(Self::token_of(row)?),
+                        token: Some(ClaimToken::DeliveredAt(Self::token_of(row)?)),
                     })
                 })
                 .collect()
@@ -390,7 +390,7 @@ where
 
 /// Hands `conn` back to its pool before returning. sqlx returns a dropped connection from a
 /// task of its own, after a ping: a statement that acquires in between finds no idle
-/// connection and opens another, which on PostgreSQL is a backend start (about 3 ms here, and
+/// connection and opens another, which on PostgreSQL is a backend start (milliseconds, and
 /// its first statements run on cold caches) on the path to the first message. Not for hot
 /// paths: the ping's round trip is then waited for instead of overlapping what follows.
 pub async fn release_now<DB: Database>(mut conn: sqlx::pool::PoolConnection<DB>) {

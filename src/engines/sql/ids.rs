@@ -1,7 +1,7 @@
 //! Row ids: the engine contract carries ids as strings; SQL rows have integer ids. An id that
 //! is not plain decimal digits cannot be a row of ours and is skipped, never sent.
 
-use crate::queue::engine::{Held, StoredMessage};
+use crate::queue::engine::{ClaimToken, Held, StoredMessage};
 use std::collections::BTreeMap;
 
 /// A held row as SQL sees it: its integer id and its claim's token (see [`Held`]).
@@ -24,8 +24,11 @@ pub fn claimed_rows(messages: &[StoredMessage]) -> Vec<HeldRow> {
         .collect()
 }
 
-fn row_of(id: &str, token: Option<i64>) -> Option<HeldRow> {
-    row_id(id).map(|id| HeldRow { id, token })
+fn row_of(id: &str, token: Option<ClaimToken>) -> Option<HeldRow> {
+    row_id(id).map(|id| HeldRow {
+        id,
+        token: token.and_then(ClaimToken::delivered_at),
+    })
 }
 
 /// A WHERE condition matching `rows`: a row with a token only while its `delivered_at` still
@@ -96,11 +99,11 @@ mod tests {
         let held = [
             Held {
                 id: "5".into(),
-                token: Some(1),
+                token: Some(ClaimToken::DeliveredAt(1)),
             },
             Held {
                 id: "x".into(),
-                token: Some(1),
+                token: Some(ClaimToken::DeliveredAt(1)),
             },
         ];
         assert_eq!(

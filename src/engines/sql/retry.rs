@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// When a statement that failed on a lost connection may be sent again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Repeat {
+pub enum Repeat {
     /// Idempotent (a claim, a delete, a release, a read): after any connection failure but a
     /// pool timeout (the server is down: report it).
     Idempotent,
@@ -22,36 +22,11 @@ enum Repeat {
     Answered,
 }
 
-/// Runs an idempotent `attempt` up to three times while it fails transiently (100 ms, then
+/// Runs `attempt` again while it fails transiently (two more times, after 100 ms, then
 /// 200 ms, ±10%), and again at once on another connection, as many times as the pool may hold
-/// dead ones (`pool_cap`), when it met a connection the server had dropped.
-pub async fn with_transient_retry<T, F, Fut>(
-    pool_cap: u32,
-    classify: impl Fn(&sqlx::Error) -> Failure,
-    attempt: F,
-) -> std::result::Result<T, sqlx::Error>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = std::result::Result<T, sqlx::Error>>,
-{
-    retry(Repeat::Idempotent, pool_cap, classify, attempt).await
-}
-
-/// Runs a write `attempt` again only after failures that rolled it back or that the server
-/// answered (see [`Repeat::Answered`]); `pool_cap` as in [`with_transient_retry`].
-pub async fn with_rollback_retry<T, F, Fut>(
-    pool_cap: u32,
-    classify: impl Fn(&sqlx::Error) -> Failure,
-    attempt: F,
-) -> std::result::Result<T, sqlx::Error>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = std::result::Result<T, sqlx::Error>>,
-{
-    retry(Repeat::Answered, pool_cap, classify, attempt).await
-}
-
-async fn retry<T, F, Fut>(
+/// dead ones (`pool_cap`), when it met a connection the server had dropped and `repeat` allows
+/// it.
+pub async fn retry<T, F, Fut>(
     repeat: Repeat,
     pool_cap: u32,
     classify: impl Fn(&sqlx::Error) -> Failure,

@@ -20,10 +20,10 @@ use super::driver::{Driver, Param, SqlResult};
 use super::errors::outcome_unknown;
 use super::ids::{held_condition, held_rows, row_id, HeldRow};
 use super::queue_context::{QueueConfig, QueueContext};
-use super::retry::with_transient_retry;
+use super::retry::{retry, Repeat};
 use super::target::{SqlTarget, MAX_POOL_CONNECTIONS, STATEMENT_BOUND};
 use crate::queue::engine::WaitOutcome;
-use crate::queue::engine::{one_fate, Engine, Held, NewMessage, StoredMessage};
+use crate::queue::engine::{one_fate, ClaimToken, Engine, Held, NewMessage, StoredMessage};
 use crate::queue::hand_off::HandOffDesk;
 use crate::queue::wake::WakeSignal;
 use crate::support::dsn::SqlDsn;
@@ -120,7 +120,7 @@ impl<D: SqlDialect> TableQueue<D> {
         let attempt = in_flight.answered();
         match &result {
             Ok(rows) => {
-                if let Some(token) = rows.first().and_then(|r| r.token) {
+                if let Some(token) = rows.first().and_then(|r| r.token?.delivered_at()) {
                     self.cx.target.recent_claims.note(token);
                 }
             }
@@ -215,7 +215,8 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
     fn setup(&self) -> BoxFuture<'_, Result<()>> {
         Box::pin(self.bounded("setup", None, async move {
             self.ready("setup").await?;
-            with_transient_retry(
+            retry(
+                Repeat::Idempotent,
                 MAX_POOL_CONNECTIONS,
                 |e| self.cx.target.classify(e),
                 || {
@@ -244,7 +245,8 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
     fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
         Box::pin(self.bounded("claim", None, async move {
             self.ready("claim").await?;
-            with_transient_retry(
+            retry(
+                Repeat::Idempotent,
                 MAX_POOL_CONNECTIONS,
                 |e| self.cx.target.classify(e),
                 || self.claim_once(limit),
@@ -315,7 +317,8 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
                 );
                 let deleted = self
                     .bounded("ack", None, async {
-                        with_transient_retry(
+                        retry(
+                            Repeat::Idempotent,
                             MAX_POOL_CONNECTIONS,
                             |e| self.cx.target.classify(e),
                             || self.delete_rows(&sql),
@@ -339,10 +342,18 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             };
             let copied = self
                 .bounded("reject", None, async {
-                    with_transient_retry(
+                    retry(
+                        Repeat::Idempotent,
                         MAX_POOL_CONNECTIONS,
                         |e| self.cx.target.classify(e),
-                        || D::redeliver(&self.cx, id, held.token, &copy),
+                        || {
+                            D::redeliver(
+                                &self.cx,
+                                id,
+                                held.token.and_then(ClaimToken::delivered_at),
+                                &copy,
+                            )
+                        },
                     )
                     .await
                     .map_err(|e| self.cx.err("reject", e))
@@ -365,7 +376,8 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             // Idempotent (it only clears a claim), so a stale pooled connection is retried:
             // otherwise released rows would stay hidden for the whole lease.
             self.bounded("release", None, async {
-                with_transient_retry(
+                retry(
+                    Repeat::Idempotent,
                     MAX_POOL_CONNECTIONS,
                     |e| self.cx.target.classify(e),
                     || D::release(&self.cx, condition.clone()),

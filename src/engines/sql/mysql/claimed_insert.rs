@@ -16,7 +16,7 @@ use super::MySql;
 use crate::engines::sql::claim_doubt::ClaimAttempt;
 use crate::engines::sql::dialect::ClaimedInsert;
 use crate::engines::sql::queue_context::QueueContext;
-use crate::queue::engine::{NewMessage, StoredMessage};
+use crate::queue::engine::{ClaimToken, NewMessage, StoredMessage};
 use sqlx::Row;
 
 /// How far ahead of the noted server time a stamp is aimed: the offset lags the server by up
@@ -64,7 +64,7 @@ pub async fn insert_claimed(
                 id: done.last_insert_id().to_string(),
                 body: message.body.clone(),
                 headers: message.headers.clone(),
-                token: Some(token),
+                token: Some(ClaimToken::DeliveredAt(token)),
             }])
         }
         Ok(_) => {

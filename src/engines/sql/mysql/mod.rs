@@ -23,12 +23,12 @@ use crate::engines::sql::driver::{Driver, DueRow, SqlResult};
 use crate::engines::sql::errors::Failure;
 use crate::engines::sql::ids::{held_condition, id_list, HeldRow};
 use crate::engines::sql::queue_context::QueueContext;
-use crate::engines::sql::retry::with_rollback_retry;
+use crate::engines::sql::retry::{retry, Repeat};
 use crate::engines::sql::target::{
     invalid_dsn, pool_share, server_pool_options, with_session_setup, ConnectionEpoch, SqlTarget,
     MAX_POOL_CONNECTIONS, MIN_POOL_CONNECTIONS,
 };
-use crate::queue::engine::{Held, NewMessage, StoredMessage};
+use crate::queue::engine::{ClaimToken, Held, NewMessage, StoredMessage};
 use crate::queue::wake::WakeBoard;
 use crate::support::dsn::SqlDsn;
 use crate::support::error::Result;
@@ -217,7 +217,8 @@ impl SqlDialect for MySql {
     ) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
             let ranges = insert::packets(queue, &messages)?;
-            with_rollback_retry(
+            retry(
+                Repeat::Answered,
                 MAX_POOL_CONNECTIONS,
                 |e| queue.target.classify(e),
                 || insert::insert_once(queue, &messages, &ranges),
@@ -363,7 +364,7 @@ impl SqlDialect for MySql {
                 .map(|row| {
                     Ok(Held {
                         id: row.try_get("id")?,
-                        token: Some(token),
+                        token: Some(ClaimToken::DeliveredAt(token)),
                     })
                 })
                 .collect()
@@ -388,7 +389,7 @@ async fn claim_in(
         .iter()
         .map(sqlx::MySql::claimed_of)
         .collect::<SqlResult<Vec<_>>>()?;
-    let end = match claimed.first().and_then(|m| m.token) {
+    let end = match claimed.first().and_then(|m| m.token?.delivered_at()) {
         Some(token) => {
             queue.target.extra.clock.note(token);
             let ids: Vec<i64> = claimed.iter().filter_map(|m| m.id.parse().ok()).collect();

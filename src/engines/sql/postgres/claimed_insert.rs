@@ -9,7 +9,7 @@ use crate::engines::sql::claim_doubt::ClaimAttempt;
 use crate::engines::sql::dialect::ClaimedInsert;
 use crate::engines::sql::driver::{rows_on, Driver};
 use crate::engines::sql::queue_context::QueueContext;
-use crate::queue::engine::{NewMessage, StoredMessage};
+use crate::queue::engine::{ClaimToken, NewMessage, StoredMessage};
 use sqlx::Row;
 
 /// One attempt at storing `message` claimed (see the module doc).
@@ -45,7 +45,7 @@ pub async fn insert_claimed(
                 id,
                 body: message.body.clone(),
                 headers: message.headers.clone(),
-                token: Some(token),
+                token: Some(ClaimToken::DeliveredAt(token)),
             }])
         }
         // Stored, but not as we can name it: released by its residue like a lost reply.

@@ -22,7 +22,7 @@ use crate::engines::sql::driver::{rows_on, Driver, SqlResult};
 use crate::engines::sql::errors::Failure;
 use crate::engines::sql::ids::{claimed_rows, HeldRow};
 use crate::engines::sql::queue_context::QueueContext;
-use crate::engines::sql::retry::with_rollback_retry;
+use crate::engines::sql::retry::{retry, Repeat};
 use crate::engines::sql::target::{
     invalid_dsn, pool_share, server_pool_options, ConnectionEpoch, SqlTarget, MAX_POOL_CONNECTIONS,
 };
@@ -315,7 +315,8 @@ impl SqlDialect for Postgres {
                 headers.push(m.headers);
                 delays.push(m.delay_ms);
             }
-            let rows = with_rollback_retry(
+            let rows = retry(
+                Repeat::Answered,
                 MAX_POOL_CONNECTIONS,
                 |e| queue.target.classify(e),
                 || async {

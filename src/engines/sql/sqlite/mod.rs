@@ -100,7 +100,7 @@ impl Connector for Sqlite {
         let pool = SqlitePoolOptions::new()
             .max_connections(pool_max)
             // A ping before every use would double the round trips; a broken connection is
-            // retried instead (see with_transient_retry).
+            // retried instead (see `retry`).
             .test_before_acquire(false)
             .min_connections(min_connections)
             .acquire_timeout(busy_timeout.max(Duration::from_secs(1)))

@@ -40,7 +40,7 @@ impl<D: SqlDialect> TableQueue<D> {
         match inserted {
             ClaimedInsert::Stored(rows) => {
                 let ids = rows.iter().map(|r| r.id.clone()).collect();
-                let token = rows.first().and_then(|r| r.token);
+                let token = rows.first().and_then(|r| r.token?.delivered_at());
                 let given_back = match taker.give(rows) {
                     Ok(()) => {
                         // A live claim of this process: later releases by residue spare it.
