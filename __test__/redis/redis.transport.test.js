@@ -37,6 +37,7 @@ const {
   settleWithin,
   throwsSync,
   rejectionOf,
+  startAckingConsumer,
 } = require('../support/transport-helpers');
 
 const REDIS_DSN = engine.dsn;
@@ -224,22 +225,15 @@ async function startIdleConsumer(t, stream, consumerName) {
  * may or may not have taken the entry. Returns the entry's id and what the loop yielded.
  */
 async function abortRacingAnXadd(t, stream, consumerName, round) {
-  const controller = new AbortController();
-  const received = [];
-  const loop = (async () => {
-    for await (const envelope of t.get(controller.signal)) {
-      received.push(envelope);
-      await t.ack(envelope);
-    }
-  })();
+  const consumer = startAckingConsumer(t);
   await waitUntilBlocked(stream, consumerName, 100);
   const added = xaddMessage(stream, `race-${round}`);
   if (round % 3 === 1) await sleep(0);
   if (round % 3 === 2) await added;
-  controller.abort();
+  const stopped = consumer.stopOrThrow(); // aborts at once
   const id = await added;
-  await loop;
-  return { id, received };
+  await stopped;
+  return { id, received: consumer.received };
 }
 
 /** Waits until the stream holds no entry and nothing is pending (acks are written behind). */

@@ -170,7 +170,8 @@ async function expectArrival(consumer, sent, sentAt, timeoutMs) {
 
 /**
  * A background get() loop that records what it yields (`received`, `ids()`) and acks it, like
- * the core Worker; `error` is set if get() threw (the loop then ends).
+ * the core Worker; `error` is set if get() threw (the loop then ends). `stop()` aborts the loop
+ * (at once, before its first await) and waits for it; `stopOrThrow()` also rethrows `error`.
  */
 function startAckingConsumer(t) {
   const controller = new AbortController();
@@ -189,6 +190,10 @@ function startAckingConsumer(t) {
   consumer.stop = async () => {
     controller.abort();
     await consumer.done;
+  };
+  consumer.stopOrThrow = async () => {
+    await consumer.stop();
+    if (consumer.error !== undefined) throw consumer.error;
   };
   return consumer;
 }
