@@ -6,7 +6,8 @@
 
 const { RedeliveryStamp } = require('@schally/nestjs-messenger');
 const { postgres } = require('../support/engines');
-const { idOf, outgoing, waitFor } = require('../support/fleet');
+const { idOf, outgoing } = require('../support/fleet');
+const { waitFor } = require('../support/transport-helpers');
 const { mixedFleetSuite } = require('../shared/mixed-fleet.suite');
 
 const {

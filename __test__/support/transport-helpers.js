@@ -100,6 +100,16 @@ async function pollUntil(probe, { timeoutMs = 2000, intervalMs = 20 } = {}) {
   }
 }
 
+/** Polls `predicate` every `intervalMs`; throws naming `what` once `timeoutMs` passed. */
+async function waitFor(predicate, timeoutMs, what, intervalMs = 10) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await predicate()) return;
+    if (Date.now() > deadline) throw new Error(`Timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(intervalMs);
+  }
+}
+
 /** Resolves `{ value }` or `{ error }` of a promise, or `'timeout'` after `ms`. */
 async function settleWithin(promise, ms) {
   let timer;
@@ -270,6 +280,7 @@ module.exports = {
   receiveOne,
   sleep,
   pollUntil,
+  waitFor,
   settleWithin,
   closeAll,
   startConsumer,

@@ -6,8 +6,7 @@
 
 const crypto = require('node:crypto');
 const { mysql: engine, requireServer, uniqueName } = require('../../../bench/engines');
-const { pollUntil, transportOperations } = require('../transport-helpers');
-const { sleep } = require('../fleet');
+const { pollUntil, sleep, transportOperations } = require('../transport-helpers');
 const { dsnWith } = require('./dsn');
 
 /** The same server under the other scheme: the transport maps it onto the same driver URL. */

@@ -6,8 +6,7 @@
 
 const { postgres: engine, requireServer, uniqueName } = require('../../../bench/engines');
 const { startPasswordCluster } = require('../pg-cluster');
-const { transportOperations } = require('../transport-helpers');
-const { sleep, waitFor } = require('../fleet');
+const { sleep, waitFor, transportOperations } = require('../transport-helpers');
 const { dsnWith } = require('./dsn');
 
 /** Test-side raw access on `dsn`: the registry's admin connection plus inspection in PostgreSQL's SQL. */
