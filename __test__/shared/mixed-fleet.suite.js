@@ -549,6 +549,17 @@ function mixedFleetSuite(engine) {
     expect(deliveries.filter((d) => d.by === 'native').length).toBeGreaterThan(0);
   }
 
+  /** Once `run` (consumeBoth) is done: each of `sentIds` delivered once, nothing left on either side. */
+  async function expectAllConsumedOnce(transports, run, sentIds, total) {
+    await run.done;
+    expect(run.errors).toEqual([]);
+    expectExactlyOnce(run.deliveries, sentIds, total);
+
+    await expectRowsEventually(transports.queueName, []);
+    expect(await transports.up.getMessageCount()).toBe(0);
+    expect(await transports.ours.getMessageCount()).toBe(0);
+  }
+
   describe(`both implementations consuming one ${fleet.queueWord} at once`, () => {
     test('300 messages sent half by each are delivered exactly once across both consumers', async () => {
       const transports = pair('mf_both');
@@ -562,13 +573,7 @@ function mixedFleetSuite(engine) {
       expect(await transports.ours.getMessageCount()).toBe(total);
 
       const run = consumeBoth(transports, total);
-      await run.done;
-      expect(run.errors).toEqual([]);
-      expectExactlyOnce(run.deliveries, sentIds, total);
-
-      await expectRowsEventually(transports.queueName, []);
-      expect(await transports.up.getMessageCount()).toBe(0);
-      expect(await transports.ours.getMessageCount()).toBe(0);
+      await expectAllConsumedOnce(transports, run, sentIds, total);
     }, 45000);
 
     test('sends by both sides continue while both consume: still exactly once, nothing left', async () => {
@@ -586,13 +591,7 @@ function mixedFleetSuite(engine) {
         await sleep(round % 3 === 0 ? 80 : 5); // sometimes let both consumers go idle
       }
       expect(new Set(sentIds).size).toBe(total);
-      await run.done;
-      expect(run.errors).toEqual([]);
-      expectExactlyOnce(run.deliveries, sentIds, total);
-
-      await expectRowsEventually(transports.queueName, []);
-      expect(await transports.up.getMessageCount()).toBe(0);
-      expect(await transports.ours.getMessageCount()).toBe(0);
+      await expectAllConsumedOnce(transports, run, sentIds, total);
     }, 45000);
   });
 
