@@ -505,16 +505,19 @@ function startServer(engine, options = {}) {
 
 /**
  * Jest hooks for a describe block: a private `engine` server started before its tests and
- * stopped after them. Returns the server's getter (it exists once the tests run).
+ * stopped after them, then `afterStop()` run (stopping the server first ends whatever the code
+ * under test still waits on). Returns the server's getter (it exists once the tests run).
  * @param {'postgres' | 'mariadb' | 'redis'} engine
+ * @param {{ afterStop?: () => Promise<unknown> | undefined }} [options]
  */
-function privateServer(engine) {
+function privateServer(engine, { afterStop } = {}) {
   let server;
   beforeAll(async () => {
     server = await startServer(engine);
   }, 120_000);
   afterAll(async () => {
     await server?.stop();
+    await afterStop?.();
   }, 60_000);
   return () => server;
 }
