@@ -208,6 +208,20 @@ function startAckingConsumer(t) {
   return consumer;
 }
 
+/**
+ * The first envelope one get() loop of `transport` yields, acked while the loop is still open;
+ * the loop is then aborted and ended.
+ */
+async function ackFirst(transport) {
+  const controller = new AbortController();
+  const loop = transport.get(controller.signal);
+  const { value } = await loop.next();
+  await transport.ack(value);
+  controller.abort();
+  await loop.return();
+  return value;
+}
+
 /** Drains an async iterable into an array. */
 async function collect(iterable) {
   const items = [];
@@ -286,6 +300,7 @@ module.exports = {
   startConsumer,
   expectArrival,
   startAckingConsumer,
+  ackFirst,
   collect,
   rejectionOf,
   throwsSync,
