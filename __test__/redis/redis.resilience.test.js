@@ -12,9 +12,8 @@
 const path = require('node:path');
 const { spawnSync } = require('node:child_process');
 const { Redis } = require('ioredis');
-const { RedisStreamsTransport } = require('../..');
 const { redis: engine } = require('../support/engines');
-const { startRedisServer, withIoredis } = require('../support/redis-server');
+const { throwawayRedis } = require('../support/throwaway-redis');
 const { expectCleanExit } = require('../support/child');
 const {
   serializer,
@@ -29,33 +28,17 @@ const {
 const ROOT = path.resolve(__dirname, '..', '..');
 const CORE = require.resolve('@schally/nestjs-messenger');
 
-let server;
-let dsn;
-const transports = [];
+const local = throwawayRedis({ args: ['--appendonly', 'yes', '--appendfsync', 'always'] });
+const transport = local.open;
 const consumers = [];
-
-beforeAll(async () => {
-  server = await startRedisServer({ args: ['--appendonly', 'yes', '--appendfsync', 'always'] });
-  dsn = `redis://127.0.0.1:${server.port}`;
-}, 20000);
-
-afterAll(async () => {
-  await server?.stop();
-});
 
 afterEach(async () => {
   await Promise.all(consumers.splice(0).map((c) => settleWithin(c.stop(), 3000)));
-  await Promise.all(transports.splice(0).map((t) => settleWithin(t.close(), 3000)));
+  await local.closeOpened(3000);
 });
 
-function transport(options) {
-  const t = new RedisStreamsTransport({ dsn, serializer: serializer(), ...options });
-  transports.push(t);
-  return t;
-}
-
 /** Runs `use` with a short-lived ioredis client on the throwaway server. */
-const withServer = (use) => withIoredis(dsn, use);
+const withServer = local.inspect;
 
 /** Drops every normal client connection (the transports' included), as a failover or proxy would. */
 async function killClients() {
@@ -203,10 +186,10 @@ describe('redis-server crash (kill -9) and restart on the same port', () => {
     expect(await pollUntil(() => consumer.received.length === 3)).toBe(true);
     await expectDrained(stream);
 
-    await server.crash();
+    await local.server.crash();
     await sleep(1000);
     expect(consumer.error).toBeUndefined();
-    await server.restart();
+    await local.server.restart();
     // The stream and the group survived (AOF); nothing is pending.
     expect(await streamState(stream)).toEqual({ length: 0, pending: 0 });
 
@@ -220,10 +203,10 @@ describe('redis-server crash (kill -9) and restart on the same port', () => {
 
   it('a message handled while Redis is down is acked once it is back (no redelivery)', async () => {
     const { stream, t, held } = await holdingOne('restart', { claimIdleMs: 500 }, 'handled-during-outage');
-    await server.crash();
+    await local.server.crash();
     await t.ack(held.envelope);
     await held.stop();
-    await server.restart();
+    await local.server.restart();
     await expectDrained(stream, 3000);
     // And a consumer started now finds nothing to redeliver.
     const consumer = startConsumer(t);
@@ -234,9 +217,9 @@ describe('redis-server crash (kill -9) and restart on the same port', () => {
 
   it('the first send once Redis is back succeeds', async () => {
     const { stream, t } = await oneSent('restart');
-    await server.crash();
+    await local.server.crash();
     await sleep(300);
-    await server.restart();
+    await local.server.restart();
     const result = await settleWithin(t.send(envelopeOf('after')), 3000);
     expect(result.error?.message).toBeUndefined();
     expect((await streamState(stream)).length).toBe(2);
@@ -244,12 +227,12 @@ describe('redis-server crash (kill -9) and restart on the same port', () => {
 
   it('sends while Redis is down fail fast with TransportConnectionError, and succeed again once it is back', async () => {
     const { t } = await oneSent('restart');
-    await server.crash();
+    await local.server.crash();
     const startedAt = Date.now();
     const down = await settleWithin(t.send(envelopeOf('down')), 8000);
     expect(down.error?.name).toBe('TransportConnectionError');
     expect(Date.now() - startedAt).toBeLessThan(6000);
-    await server.restart();
+    await local.server.restart();
     const sent = await pollUntil(
       async () => {
         const result = await settleWithin(t.send(envelopeOf('back')), 3000);
