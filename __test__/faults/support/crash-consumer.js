@@ -35,7 +35,7 @@ async function main() {
   const started = new Promise((resolve) => {
     process.on('message', (message) => {
       if (message?.type === 'start') resolve();
-      if (message?.type === 'settle') settleHeld(message.how).catch(report);
+      if (message?.type === 'settle') settleHeld(message.how).catch(reportError);
     });
   });
   /** Settles the held message; getMessageCount() waits for a write-behind ack's delete. */
