@@ -9,12 +9,11 @@
 // commands issued around a reconnect, so an application never sees a send or an ack fail just
 // because an idle connection was dropped or the server restarted a moment ago.
 
-const path = require('node:path');
 const { spawnSync } = require('node:child_process');
 const { Redis } = require('ioredis');
 const { redis: engine } = require('../support/engines');
 const { throwawayRedis } = require('../support/throwaway-redis');
-const { expectCleanExit } = require('../support/child');
+const { ROOT, CORE, expectCleanExit } = require('../support/child');
 const {
   serializer,
   envelopeOf,
@@ -25,8 +24,6 @@ const {
   startAckingConsumer,
 } = require('../support/transport-helpers');
 
-const ROOT = path.resolve(__dirname, '..', '..');
-const CORE = require.resolve('@schally/nestjs-messenger');
 
 const local = throwawayRedis({ args: ['--appendonly', 'yes', '--appendfsync', 'always'] });
 const transport = local.open;

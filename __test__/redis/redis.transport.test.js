@@ -7,7 +7,7 @@
 // stalled entries (XAUTOCLAIM) and the claim-renewal keeper, blocking reads and abandoned
 // blocks. Behaviour reference: shared/reference/upstream-transports.md §2, §3.3, §5.2.
 
-const path = require('node:path');
+const { ROOT, CORE } = require('../support/child');
 const { randomUUID } = require('node:crypto');
 const { spawnSync } = require('node:child_process');
 const { Redis } = require('ioredis');
@@ -41,8 +41,6 @@ const {
 } = require('../support/transport-helpers');
 
 const REDIS_DSN = engine.dsn;
-const ROOT = path.resolve(__dirname, '..', '..');
-const CORE = require.resolve('@schally/nestjs-messenger');
 /** The same server under other DSN strings: a command connection (and wake board) of its own. */
 const OTHER_DSN = `${REDIS_DSN}/0`;
 const LOCALHOST_DSN = REDIS_DSN.replace('127.0.0.1', 'localhost');
