@@ -11,7 +11,7 @@ const { SqlTransport } = require('../..');
 const { postgres, requireServer, uniqueName } = require('../../bench/engines');
 const { postgres: postgresTests } = require('../support/engines');
 const { sleep } = require('../faults/support/account');
-const { jobSerializer, sendThenTakeAll } = require('./support/jobs');
+const { jobSerializer, sendThenTakeAll } = require('../support/jobs');
 
 const COUNT = 20;
 

@@ -7,7 +7,7 @@
 // keep the process alive.
 
 const { SqlTransport, RedisStreamsTransport } = require('../../..');
-const { jobSerializer, sendThenTakeAll } = require('./jobs');
+const { jobSerializer, sendThenTakeAll } = require('../../support/jobs');
 
 async function main() {
   const Transport = process.env.KIND === 'redis' ? RedisStreamsTransport : SqlTransport;

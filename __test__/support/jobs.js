@@ -1,7 +1,7 @@
 'use strict';
 
-// The messages of the lifecycle tests that take a batch and then settle it late (in the test
-// process or a child), and the taking itself.
+// Jobs: the numbered messages of the tests that count what is stored or taken (the send
+// backlog, the lifecycle tests and their child processes), and a batch of them taken unacked.
 
 const { Envelope, JsonSerializer } = require('@schally/nestjs-messenger');
 
@@ -13,9 +13,11 @@ class Job {
 
 const jobSerializer = () => new JsonSerializer([Job]);
 
+const jobEnvelope = (n) => new Envelope(new Job(n));
+
 /** Sends jobs 0 to `count - 1` on `transport`, then takes them all with one get() loop; none is acked. */
 async function sendThenTakeAll(transport, count) {
-  for (let n = 0; n < count; n += 1) await transport.send(new Envelope(new Job(n)));
+  for (let n = 0; n < count; n += 1) await transport.send(jobEnvelope(n));
   const taken = [];
   const controller = new AbortController();
   for await (const envelope of transport.get(controller.signal)) {
@@ -25,4 +27,4 @@ async function sendThenTakeAll(transport, count) {
   return taken;
 }
 
-module.exports = { jobSerializer, sendThenTakeAll };
+module.exports = { jobSerializer, jobEnvelope, sendThenTakeAll };
