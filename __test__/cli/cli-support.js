@@ -114,4 +114,16 @@ const SQL_ENGINES = [
   },
 ];
 
-module.exports = { runCli, jsonOf, verdicts, detailOf, sqliteDsn, removeTemp, SQL_ENGINES, uniqueName };
+/**
+ * For a describe on one of SQL_ENGINES: the list its tests add the tables they make to
+ * (`{ dsn, table }`), each dropped once the describe's tests are done.
+ */
+function tablesDroppedAfterAll(engine) {
+  const tables = [];
+  afterAll(async () => {
+    for (const { dsn, table } of tables) await engine.dropTable(dsn, table);
+  });
+  return tables;
+}
+
+module.exports = { runCli, jsonOf, verdicts, detailOf, sqliteDsn, removeTemp, SQL_ENGINES, uniqueName, tablesDroppedAfterAll };

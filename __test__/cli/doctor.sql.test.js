@@ -9,7 +9,17 @@ const fs = require('node:fs');
 const { SqlTransport } = require('../..');
 const { closedPort } = require('../support/ports');
 const { mysql } = require('../../bench/engines');
-const { runCli, jsonOf, verdicts, detailOf, sqliteDsn, removeTemp, SQL_ENGINES, uniqueName } = require('./cli-support');
+const {
+  runCli,
+  jsonOf,
+  verdicts,
+  detailOf,
+  sqliteDsn,
+  removeTemp,
+  SQL_ENGINES,
+  uniqueName,
+  tablesDroppedAfterAll,
+} = require('./cli-support');
 
 jest.setTimeout(30000);
 
@@ -26,15 +36,19 @@ async function transportTable(engine, dsn, tables) {
 }
 
 describe.each(SQL_ENGINES)('doctor on $name', (engine) => {
-  const tables = [];
-  afterAll(async () => {
-    for (const { dsn, table } of tables) await engine.dropTable(dsn, table);
-  });
+  const tables = tablesDroppedAfterAll(engine);
 
-  test('every check passes on a table the transport set up (exit 0, JSON shape)', async () => {
+  /** doctor --json on a table of its own the transport set up, after `change(table)` (SQL) if given. */
+  async function doctorJson(change) {
     const dsn = engine.dsn();
     const table = await transportTable(engine, dsn, tables);
+    if (change) await engine.exec(dsn, change(table));
     const run = await runCli(['doctor', '--dsn', dsn, '--table', table, '--json']);
+    return { table, run };
+  }
+
+  test('every check passes on a table the transport set up (exit 0, JSON shape)', async () => {
+    const { table, run } = await doctorJson();
     expect(run.stderr).toBe('');
     const report = jsonOf(run);
     expect(Object.keys(report).sort()).toEqual(['checks', 'ok']);
@@ -61,10 +75,7 @@ describe.each(SQL_ENGINES)('doctor on $name', (engine) => {
   });
 
   test('a drifted table (a column missing, one of another type) fails naming both (exit 1)', async () => {
-    const dsn = engine.dsn();
-    const table = await transportTable(engine, dsn, tables);
-    await engine.exec(dsn, engine.dropColumnAndRetype(table));
-    const run = await runCli(['doctor', '--dsn', dsn, '--table', table, '--json']);
+    const { run } = await doctorJson(engine.dropColumnAndRetype);
     const report = jsonOf(run);
     expect(verdicts(report)).toMatchObject({ table: 'ok', columns: 'FAIL', 'claim index': 'ok' });
     expect(detailOf(report, 'columns')).toBe(`missing column headers; ${engine.wrongType}`);
@@ -73,10 +84,7 @@ describe.each(SQL_ENGINES)('doctor on $name', (engine) => {
   });
 
   test('a missing claim index fails naming it (exit 1)', async () => {
-    const dsn = engine.dsn();
-    const table = await transportTable(engine, dsn, tables);
-    await engine.exec(dsn, engine.dropIndex(table));
-    const run = await runCli(['doctor', '--dsn', dsn, '--table', table, '--json']);
+    const { table, run } = await doctorJson(engine.dropIndex);
     const report = jsonOf(run);
     expect(verdicts(report)).toMatchObject({ columns: 'ok', 'claim index': 'FAIL' });
     expect(detailOf(report, 'claim index')).toMatch(

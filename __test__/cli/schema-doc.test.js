@@ -7,7 +7,7 @@
 const fs = require('node:fs');
 const path = require('node:path');
 const { SqlTransport } = require('../..');
-const { runCli, jsonOf, verdicts, removeTemp, SQL_ENGINES, uniqueName } = require('./cli-support');
+const { runCli, jsonOf, verdicts, removeTemp, SQL_ENGINES, uniqueName, tablesDroppedAfterAll } = require('./cli-support');
 const { envelopeOf, receiveOne, serializer } = require('../support/transport-helpers');
 
 jest.setTimeout(30000);
@@ -28,10 +28,7 @@ function statementsUnder(heading) {
 }
 
 describe.each(SQL_ENGINES)('docs/schema.md on $name', (engine) => {
-  const made = [];
-  afterAll(async () => {
-    for (const { dsn, table } of made) await engine.dropTable(dsn, table);
-  });
+  const made = tablesDroppedAfterAll(engine);
 
   test('the documented DDL passes doctor --no-auto-setup, and a transport without autoSetup uses it', async () => {
     const dsn = engine.dsn();

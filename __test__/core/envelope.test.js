@@ -8,28 +8,23 @@ const {
   RedeliveryStamp,
   TransportMessageIdStamp,
 } = require('@schally/nestjs-messenger');
-
-class Message {
-  constructor(id) {
-    this.id = id;
-  }
-}
+const { TestMessage } = require('../support/transport-helpers');
 
 describe('Envelope', () => {
   it('exposes the message without cloning it', () => {
-    const message = new Message('a');
+    const message = new TestMessage('a');
     expect(new Envelope(message).message).toBe(message);
   });
 
   it('copies the stamp array given to the constructor', () => {
     const stamps = [new BusNameStamp('default')];
-    const envelope = new Envelope(new Message('a'), stamps);
+    const envelope = new Envelope(new TestMessage('a'), stamps);
     stamps.push(new BusNameStamp('later'));
     expect(envelope.all(BusNameStamp)).toHaveLength(1);
   });
 
   it('with() appends and returns a new instance, leaving the original untouched', () => {
-    const original = new Envelope(new Message('a'), [new BusNameStamp('one')]);
+    const original = new Envelope(new TestMessage('a'), [new BusNameStamp('one')]);
     const next = original.with(new BusNameStamp('two'), new DelayStamp(5));
 
     expect(next).not.toBe(original);
@@ -40,7 +35,7 @@ describe('Envelope', () => {
   });
 
   it('withoutAll() removes every stamp of exactly that class', () => {
-    const envelope = new Envelope(new Message('a'), [
+    const envelope = new Envelope(new TestMessage('a'), [
       new RedeliveryStamp(1),
       new BusNameStamp('x'),
       new RedeliveryStamp(2),
@@ -56,7 +51,7 @@ describe('Envelope', () => {
   it('last() returns the most recently appended stamp of that class, or undefined', () => {
     const first = new RedeliveryStamp(1);
     const second = new RedeliveryStamp(2);
-    const envelope = new Envelope(new Message('a')).with(first, new BusNameStamp('x')).with(second);
+    const envelope = new Envelope(new TestMessage('a')).with(first, new BusNameStamp('x')).with(second);
 
     expect(envelope.last(RedeliveryStamp)).toBe(second);
     expect(envelope.last(DelayStamp)).toBeUndefined();
@@ -72,7 +67,7 @@ describe('Envelope', () => {
       }
       return ReceivedStamp;
     })();
-    const envelope = new Envelope(new Message('a'), [
+    const envelope = new Envelope(new TestMessage('a'), [
       new SpecialReceivedStamp('sub'),
       new LookAlike('other'),
     ]);
@@ -86,7 +81,7 @@ describe('Envelope', () => {
     const r1 = new RedeliveryStamp(1);
     const a2 = new BusNameStamp('a2');
     const t1 = new TransportMessageIdStamp('7');
-    const envelope = new Envelope(new Message('a'), [a1, r1, a2, t1]);
+    const envelope = new Envelope(new TestMessage('a'), [a1, r1, a2, t1]);
 
     const all = envelope.all();
     expect(all).toBeInstanceOf(Map);
@@ -94,11 +89,11 @@ describe('Envelope', () => {
     expect(all.get(BusNameStamp)).toEqual([a1, a2]);
     expect(envelope.all(BusNameStamp)).toEqual([a1, a2]);
     expect(envelope.all(DelayStamp)).toEqual([]);
-    expect(new Envelope(new Message('b')).all().size).toBe(0);
+    expect(new Envelope(new TestMessage('b')).all().size).toBe(0);
   });
 
   it('all(type) returns a copy', () => {
-    const envelope = new Envelope(new Message('a'), [new BusNameStamp('a')]);
+    const envelope = new Envelope(new TestMessage('a'), [new BusNameStamp('a')]);
     envelope.all(BusNameStamp).push(new BusNameStamp('b'));
     envelope.all().get(BusNameStamp).push(new BusNameStamp('c'));
     expect(envelope.all(BusNameStamp)).toHaveLength(1);
@@ -106,13 +101,13 @@ describe('Envelope', () => {
 
   describe('wrap()', () => {
     it('returns the same envelope when no stamps are given', () => {
-      const envelope = new Envelope(new Message('a'));
+      const envelope = new Envelope(new TestMessage('a'));
       expect(Envelope.wrap(envelope)).toBe(envelope);
       expect(Envelope.wrap(envelope, [])).toBe(envelope);
     });
 
     it('appends the stamps to an existing envelope', () => {
-      const envelope = new Envelope(new Message('a'), [new BusNameStamp('x')]);
+      const envelope = new Envelope(new TestMessage('a'), [new BusNameStamp('x')]);
       const wrapped = Envelope.wrap(envelope, [new DelayStamp(1)]);
       expect(wrapped).not.toBe(envelope);
       expect(wrapped.message).toBe(envelope.message);
@@ -121,7 +116,7 @@ describe('Envelope', () => {
     });
 
     it('wraps a plain message', () => {
-      const message = new Message('a');
+      const message = new TestMessage('a');
       const wrapped = Envelope.wrap(message, [new BusNameStamp('x')]);
       expect(wrapped).toBeInstanceOf(Envelope);
       expect(wrapped.message).toBe(message);
@@ -142,13 +137,13 @@ describe('Envelope', () => {
     });
 
     it('does not see stamps created by another copy', () => {
-      const envelope = new Envelope(new Message('a')).with(new other.ReceivedStamp('async'));
+      const envelope = new Envelope(new TestMessage('a')).with(new other.ReceivedStamp('async'));
       expect(envelope.last(ReceivedStamp)).toBeUndefined();
       expect(envelope.last(other.ReceivedStamp).transportName).toBe('async');
     });
 
     it('wraps an envelope from another copy again', () => {
-      const foreign = new other.Envelope(new Message('a'));
+      const foreign = new other.Envelope(new TestMessage('a'));
       const wrapped = Envelope.wrap(foreign);
       expect(wrapped).toBeInstanceOf(Envelope);
       expect(wrapped.message).toBe(foreign);

@@ -2,58 +2,34 @@
 
 const {
   DelayStamp,
-  Envelope,
   InMemoryTransport,
   ReceivedStamp,
   RedeliveryStamp,
   TransportError,
   TransportMessageIdStamp,
 } = require('@schally/nestjs-messenger');
-
-class Job {
-  constructor(id) {
-    this.id = id;
-  }
-}
-
-async function first(transport) {
-  const controller = new AbortController();
-  try {
-    for await (const envelope of transport.get(controller.signal)) {
-      return envelope;
-    }
-    return undefined;
-  } finally {
-    controller.abort();
-  }
-}
-
-async function collect(iterable) {
-  const out = [];
-  for await (const item of iterable) out.push(item);
-  return out;
-}
+const { envelopeOf, receiveOne, collect } = require('../support/transport-helpers');
 
 describe('InMemoryTransport', () => {
   it('assigns decimal string ids from a per-instance counter', async () => {
     const transport = new InMemoryTransport();
     const ids = [];
     for (const id of ['a', 'b']) {
-      const sent = await transport.send(new Envelope(new Job(id)));
+      const sent = await transport.send(envelopeOf(id));
       ids.push(sent.last(TransportMessageIdStamp).id);
     }
-    const other = await new InMemoryTransport().send(new Envelope(new Job('c')));
+    const other = await new InMemoryTransport().send(envelopeOf('c'));
     expect(ids).toEqual(['0', '1']);
     expect(other.last(TransportMessageIdStamp).id).toBe('0');
   });
 
   it('appends the id stamp to the sent envelope and stores it as given', async () => {
     const transport = new InMemoryTransport();
-    const envelope = new Envelope(new Job('a'), [new TransportMessageIdStamp('old')]);
+    const envelope = envelopeOf('a', '', [new TransportMessageIdStamp('old')]);
     const sent = await transport.send(envelope);
     expect(sent).not.toBe(envelope);
     expect(sent.all(TransportMessageIdStamp).map((s) => s.id)).toEqual(['old', '0']);
-    const received = await first(transport);
+    const received = await receiveOne(transport);
     expect(received.last(TransportMessageIdStamp).id).toBe('0');
     expect(received.last(ReceivedStamp).transportName).toBe('in-memory');
     await transport.ack(received);
@@ -61,12 +37,12 @@ describe('InMemoryTransport', () => {
 
   it('delivers FIFO among available messages, delayed ones later', async () => {
     const transport = new InMemoryTransport();
-    await transport.send(new Envelope(new Job('late')).with(new DelayStamp(60)));
-    await transport.send(new Envelope(new Job('a')));
-    await transport.send(new Envelope(new Job('b')));
+    await transport.send(envelopeOf('late').with(new DelayStamp(60)));
+    await transport.send(envelopeOf('a'));
+    await transport.send(envelopeOf('b'));
     const order = [];
     for (let i = 0; i < 3; i += 1) {
-      const envelope = await first(transport);
+      const envelope = await receiveOne(transport);
       order.push(envelope.message.id);
       await transport.ack(envelope);
     }
@@ -75,10 +51,10 @@ describe('InMemoryTransport', () => {
 
   it('counts and lists queued messages, excluding in-flight ones', async () => {
     const transport = new InMemoryTransport();
-    await transport.send(new Envelope(new Job('a')));
-    await transport.send(new Envelope(new Job('b')).with(new DelayStamp(10_000)));
-    await transport.send(new Envelope(new Job('c')));
-    const inFlight = await first(transport);
+    await transport.send(envelopeOf('a'));
+    await transport.send(envelopeOf('b').with(new DelayStamp(10_000)));
+    await transport.send(envelopeOf('c'));
+    const inFlight = await receiveOne(transport);
 
     expect(await transport.getMessageCount()).toBe(2);
     const listed = await collect(transport.list());
@@ -97,8 +73,8 @@ describe('InMemoryTransport', () => {
 
   it('reject re-enqueues a fresh copy available immediately, ignoring DelayStamp', async () => {
     const transport = new InMemoryTransport({ name: 'async' });
-    await transport.send(new Envelope(new Job('a')).with(new DelayStamp(30)));
-    const delivered = await first(transport);
+    await transport.send(envelopeOf('a').with(new DelayStamp(30)));
+    const delivered = await receiveOne(transport);
     await transport.reject(delivered);
 
     const [copy] = await collect(transport.list());
@@ -110,7 +86,7 @@ describe('InMemoryTransport', () => {
     expect(copy.last(RedeliveryStamp).redeliveredAt).toBeInstanceOf(Date);
 
     const start = Date.now();
-    const again = await first(transport);
+    const again = await receiveOne(transport);
     expect(Date.now() - start).toBeLessThan(25);
     await transport.ack(again);
   });
@@ -118,14 +94,14 @@ describe('InMemoryTransport', () => {
   it('throws TransportError synchronously when sending on a closed transport', async () => {
     const transport = new InMemoryTransport();
     await transport.close();
-    expect(() => transport.send(new Envelope(new Job('a')))).toThrow(
+    expect(() => transport.send(envelopeOf('a'))).toThrow(
       new TransportError('Cannot send on a transport that is closing or closed.'),
     );
   });
 
   it('throws TransportError synchronously on ack/reject without an id stamp', () => {
     const transport = new InMemoryTransport();
-    const envelope = new Envelope(new Job('a'));
+    const envelope = envelopeOf('a');
     const message = 'Cannot ack or reject an envelope without a TransportMessageIdStamp.';
     expect(() => transport.ack(envelope)).toThrow(TransportError);
     expect(() => transport.ack(envelope)).toThrow(message);
@@ -134,8 +110,8 @@ describe('InMemoryTransport', () => {
 
   it('close() is idempotent, stops get() and waits for in-flight deliveries', async () => {
     const transport = new InMemoryTransport();
-    await transport.send(new Envelope(new Job('a')));
-    const delivered = await first(transport);
+    await transport.send(envelopeOf('a'));
+    const delivered = await receiveOne(transport);
 
     let closed = 0;
     const closing = [transport.close(), transport.close()].map((p) => p.then(() => (closed += 1)));

@@ -80,6 +80,27 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
     return { queue, producer, consumer };
   }
 
+  /**
+   * Cuts the consumer's connection right after its next claim is written, and sends five
+   * messages (`<prefix>:<n>`) meanwhile; once all are delivered (or CLAIM_BACK_MS + 5 s passed)
+   * ends the consumer's loop (of consumeAndAck). Resolves whether the server had replied before
+   * the cut, and the ms from the first send to the last delivery.
+   */
+  async function loseAClaimReply(producer, { delivered, controller, loop }, prefix) {
+    const cut = f.proxy.cutAfter(CLAIM_WRITE[engine]);
+    const sentAt = Date.now();
+    const keys = [];
+    for (let n = 0; n < 5; n += 1) {
+      keys.push(`${prefix}:${n}`);
+      await producer.send(faultEnvelope(`${prefix}:${n}`, n));
+    }
+    const { replied } = await settleWithin(cut, 5000).then((r) => r.value ?? {});
+    const slowest = (await lastDelivery(keys, delivered, sentAt + CLAIM_BACK_MS[engine] + 5000)) - sentAt;
+    controller.abort();
+    await settleWithin(loop, 10_000);
+    return { replied, slowest };
+  }
+
   it('send(): one stored row and a resolved send, or a rejection that says it may have been stored; never two rows', async () => {
     const queue = uniqueQueue(engine, 'ambiguous');
     const t = f.open({ dsn: f.viaProxy(), queue });
@@ -120,21 +141,12 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
 
   it(`a claim whose reply is lost: its messages are delivered again within ${CLAIM_BACK_MS[engine]} ms, none lost`, async () => {
     const { queue, producer, consumer } = await openClaimTest();
-    const { delivered, errors, controller, loop } = consumeAndAck(consumer);
+    const consuming = consumeAndAck(consumer);
+    const { delivered, errors } = consuming;
     // Idle after a first empty claim: the consumer has reached its server.
     await sleep(1000);
 
-    const cut = f.proxy.cutAfter(CLAIM_WRITE[engine]);
-    const sentAt = Date.now();
-    const keys = [];
-    for (let n = 0; n < 5; n += 1) {
-      keys.push(`c:${n}`);
-      await producer.send(faultEnvelope(`c:${n}`, n));
-    }
-    const { replied } = await settleWithin(cut, 5000).then((r) => r.value ?? {});
-    const slowest = (await lastDelivery(keys, delivered, sentAt + CLAIM_BACK_MS[engine] + 5000)) - sentAt;
-    controller.abort();
-    await settleWithin(loop, 10_000);
+    const { replied, slowest } = await loseAClaimReply(producer, consuming, 'c');
     console.log(`[ambiguous claim ${engine}] server replied before the cut: ${replied}; all 5 delivered after ${slowest} ms`);
 
     expectClaimedAgain(engine, { replied, errors, slowest, delivered });
@@ -151,7 +163,8 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
       const admin = new Client({ connectionString: f.server.dsn });
       await admin.connect();
       try {
-        const { delivered, errors, controller, loop } = consumeAndAck(consumer);
+        const consuming = consumeAndAck(consumer);
+        const { delivered, errors } = consuming;
         await sleep(1000);
         // Live claims of other consumers, stamped at each of the next 100 milliseconds: every
         // residue a lost claim's stamp can carry, all within the window it can have run in.
@@ -160,17 +173,7 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: a write whose reply is lost
            SELECT '{}', '{}', $1, now(), now(), now() + make_interval(secs => k / 1000.0) FROM generate_series(0, 99) AS k`,
           [queue],
         );
-        const cut = f.proxy.cutAfter(CLAIM_WRITE[engine]);
-        const sentAt = Date.now();
-        const keys = [];
-        for (let n = 0; n < 5; n += 1) {
-          keys.push(`o:${n}`);
-          await producer.send(faultEnvelope(`o:${n}`, n));
-        }
-        const { replied } = await settleWithin(cut, 5000).then((r) => r.value ?? {});
-        const slowest = (await lastDelivery(keys, delivered, sentAt + CLAIM_BACK_MS[engine] + 5000)) - sentAt;
-        controller.abort();
-        await settleWithin(loop, 10_000);
+        const { replied, slowest } = await loseAClaimReply(producer, consuming, 'o');
         expectClaimedAgain(engine, { replied, errors, slowest, delivered });
         const { rows } = await admin.query(
           `SELECT count(*)::int AS held FROM messenger_messages WHERE queue_name = $1 AND body = '{}' AND delivered_at IS NOT NULL`,

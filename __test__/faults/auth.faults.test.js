@@ -47,6 +47,16 @@ function consume(transport) {
   return { received, done };
 }
 
+/** A consumer of `transport` (consume()) that received a first message, asserted within 5 s. */
+async function consumingBeforeRotation(transport) {
+  const consumer = consume(transport);
+  await transport.send(new Envelope(new Rotated(1)));
+  const deadline = Date.now() + 5000;
+  while (consumer.received.length < 1 && Date.now() < deadline) await sleep(20);
+  expect(consumer.received).toEqual([1]);
+  return consumer;
+}
+
 function expectNoPassword(error) {
   const text = `${error.message}\n${error.stack}\n${error.cause?.message ?? ''}`;
   for (const secret of [OLD, NEW, encodeURIComponent(OLD), encodeURIComponent(NEW)]) expect(text).not.toContain(secret);
@@ -95,11 +105,7 @@ describe('PostgreSQL: the password rotates under a running consumer', () => {
       connectTimeoutMs: 2000,
       serializer: new JsonSerializer([Rotated]),
     });
-    const consumer = consume(transport);
-    await transport.send(new Envelope(new Rotated(1)));
-    const deadline = Date.now() + 5000;
-    while (consumer.received.length < 1 && Date.now() < deadline) await sleep(20);
-    expect(consumer.received).toEqual([1]);
+    const consumer = await consumingBeforeRotation(transport);
 
     const admin = new Client({ connectionString: cluster.dsn(OLD) });
     await admin.connect();
@@ -139,11 +145,7 @@ describe('Redis: the password rotates under a running consumer', () => {
       connectTimeoutMs: 2000,
       serializer: new JsonSerializer([Rotated]),
     });
-    const consumer = consume(transport);
-    await transport.send(new Envelope(new Rotated(1)));
-    const deadline = Date.now() + 5000;
-    while (consumer.received.length < 1 && Date.now() < deadline) await sleep(20);
-    expect(consumer.received).toEqual([1]);
+    const consumer = await consumingBeforeRotation(transport);
 
     admin = new Redis({ port: server.port, host: '127.0.0.1', password: OLD, lazyConnect: true });
     await admin.connect();

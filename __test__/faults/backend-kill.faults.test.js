@@ -14,7 +14,7 @@
 // as before it. The send-to-yield latency is measured on every engine and printed.
 
 const { TransportConnectionError } = require('@schally/nestjs-messenger');
-const { startServer } = require('./support/servers');
+const { privateServer } = require('./support/servers');
 const { makeTransport, uniqueQueue, residue } = require('./support/engines');
 const { LoadRun, violations, summary, sleep } = require('./support/account');
 
@@ -44,19 +44,12 @@ async function probes(run, producer, count) {
 const show = (results) => results.map((r) => r.yieldMs ?? `not yielded (send ${r.outcome})`).join(', ');
 
 describe.each(['postgres', 'mariadb', 'redis'])('%s: every backend killed under load', (engine) => {
-  let server;
   let run;
-
-  beforeAll(async () => {
-    server = await startServer(engine);
-  }, 120_000);
-
-  afterAll(async () => {
-    await server?.stop();
-    if (run) await run.close({ boundMs: 3000 });
-  }, 60_000);
+  // Once the server is stopped, a run a failed test left open is closed.
+  const serverOf = privateServer(engine, { afterStop: () => run?.close({ boundMs: 3000 }) });
 
   it('nothing lost, sends bounded, get() rides through, delivery and push wake-ups resume', async () => {
+    const server = serverOf();
     const queue = uniqueQueue(engine, 'kill');
     const make = (dsn = server.dsn) =>
       makeTransport(engine, {

@@ -346,6 +346,19 @@ function sqlContext(engine) {
   return ctx;
 }
 
+/**
+ * sqlContext for a describe: started before its tests and stopped after them, with the tables
+ * under a tag of its own (named after `prefix`) dropped after each test. Returns both.
+ */
+function taggedSqlContext(engine, prefix) {
+  const ctx = sqlContext(engine);
+  const tag = uniqueName(prefix);
+  beforeAll(() => ctx.start());
+  afterAll(() => ctx.stop());
+  afterEach(() => ctx.dropTables(tag));
+  return { ctx, tag };
+}
+
 const redisEngine = engines.redis;
 
 /** Runs `use(client)` on a short-lived admin client of the shared Redis. */
@@ -372,16 +385,21 @@ async function deleteRedisKeys(prefix) {
 }
 
 /**
- * Fails the describe's tests with the start hint when the shared Redis is down (beforeAll);
- * `up` tells the clean-ups whether there is anything to clean.
+ * For a describe on the shared Redis: fails its tests with the start hint when the server is
+ * down (beforeAll), and deletes every key under a tag of its own (named after `prefix`) after
+ * each test. Returns the tag, and fresh stream names under it.
  */
-function requireRedis() {
-  const state = { up: false };
+function taggedRedisKeys(prefix) {
+  const tag = redisEngine.uniqueStream(prefix);
+  let up = false;
   beforeAll(async () => {
     await requireServer(redisEngine.name);
-    state.up = true;
+    up = true;
   });
-  return state;
+  afterEach(async () => {
+    if (up) await deleteRedisKeys(tag);
+  });
+  return { tag, freshStream: () => `${tag}:${crypto.randomBytes(4).toString('hex')}` };
 }
 
 /** A Redis Streams transport of the code under test on the shared server. */
@@ -766,13 +784,8 @@ function sqlNameExamples(tag, canary) {
 
 describe('bad input, property-based: identifiers', () => {
   describe.each(SQL_ENGINES)('SqlTransport on $label', (engine) => {
-    const ctx = sqlContext(engine);
-    const tag = uniqueName('bin');
+    const { ctx, tag } = taggedSqlContext(engine, 'bin');
     const canary = `${tag}_canary`;
-
-    beforeAll(() => ctx.start());
-    afterAll(() => ctx.stop());
-    afterEach(() => ctx.dropTables(tag));
 
     it('refuses a table or queue name at construction with InvalidArgumentError, or works under exactly that name', async () => {
       await ctx.inspect.create(ctx.admin, canary);
@@ -820,13 +833,8 @@ describe('bad input, property-based: identifiers', () => {
   });
 
   describe('RedisStreamsTransport', () => {
-    const tag = redisEngine.uniqueStream('bin');
+    const { tag } = taggedRedisKeys('bin');
     const canary = `${tag}:canary`;
-
-    const redis = requireRedis();
-    afterEach(async () => {
-      if (redis.up) await deleteRedisKeys(tag);
-    });
 
     /** Strings that would run a command of their own if a name reached the protocol or a script unescaped. */
     const injections = [
@@ -958,12 +966,7 @@ describe('bad input, property-based: identifiers', () => {
   }
 
   describe.each(SQL_ENGINES)('SqlTransport on $label: lone surrogates', (engine) => {
-    const ctx = sqlContext(engine);
-    const tag = uniqueName('bil');
-
-    beforeAll(() => ctx.start());
-    afterAll(() => ctx.stop());
-    afterEach(() => ctx.dropTables(tag));
+    const { ctx, tag } = taggedSqlContext(engine, 'bil');
 
     it('refuses queue names that differ only in a lone surrogate, or keeps them apart', async () => {
       await fc.assert(
@@ -982,17 +985,12 @@ describe('bad input, property-based: identifiers', () => {
   });
 
   describe('RedisStreamsTransport: lone surrogates', () => {
-    const tag = redisEngine.uniqueStream('bil');
-
-    const redis = requireRedis();
-    afterEach(async () => {
-      if (redis.up) await deleteRedisKeys(tag);
-    });
+    const { freshStream } = taggedRedisKeys('bil');
 
     it('refuses stream names that differ only in a lone surrogate, or keeps them apart', async () => {
       await fc.assert(
         fc.asyncProperty(lonePairArb, async ({ a, b }) => {
-          const stream = `${tag}:${crypto.randomBytes(4).toString('hex')}`;
+          const stream = freshStream();
           const what = `streams ${show(stream + a)} and ${show(stream + b)}`;
           await checkDistinct(
             what,
@@ -1140,12 +1138,7 @@ const optionExamples = (option) => [...EXTREME_NUMBERS, ...NOT_NUMBERS].map((val
 // One test per option, so that a defect of one option cannot hide another's.
 describe('bad input, property-based: option values at their extremes', () => {
   describe.each(SQL_ENGINES)('SqlTransport on $label', (engine) => {
-    const ctx = sqlContext(engine);
-    const table = uniqueName('bio');
-
-    beforeAll(() => ctx.start());
-    afterAll(() => ctx.stop());
-    afterEach(() => ctx.dropTables(table));
+    const { ctx, tag: table } = taggedSqlContext(engine, 'bio');
 
     it.each(SQL_NUMERIC_OPTIONS)('%s: InvalidArgumentError at construction, or a working transport', async (option) => {
       // README: useNotify and getNotifyTimeoutMs, set at all, are refused off PostgreSQL.
@@ -1164,17 +1157,12 @@ describe('bad input, property-based: option values at their extremes', () => {
   });
 
   describe('RedisStreamsTransport', () => {
-    const tag = redisEngine.uniqueStream('bio');
-
-    const redis = requireRedis();
-    afterEach(async () => {
-      if (redis.up) await deleteRedisKeys(tag);
-    });
+    const { freshStream } = taggedRedisKeys('bio');
 
     it.each(REDIS_NUMERIC_OPTIONS)('%s: InvalidArgumentError at construction, or a working transport', async (option) => {
       await fc.assert(
         fc.asyncProperty(optionArb(option), async (c) => {
-          const stream = `${tag}:${crypto.randomBytes(4).toString('hex')}`;
+          const stream = freshStream();
           await optionCase(c, {
             open: (o) => openRedis({ stream, ...o }),
             mustRefuse: !withinDomain(option, c.value),
@@ -1278,15 +1266,36 @@ async function payloadCase(bodies, { open, stored, hash, sendBoundMs = OP_BOUND_
   }
 }
 
+/**
+ * The payload properties every transport must hold, on `target()` (a fresh queue or stream per
+ * case): any mix of small awkward bodies and large ones (`largest`: the size range in bytes,
+ * `upTo` its upper end in words), and bodies with lone surrogates. `unit` names what one send
+ * stores (row, entry).
+ */
+function payloadProperties(target, { largest, upTo, unit }) {
+  const title = `NUL, control, astral and noncharacter bodies, and bodies up to ${upTo}: one exact ${unit} per resolved send, none per typed rejection`;
+  it(title, async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        bodiesArb(fc.oneof({ weight: 3, arbitrary: smallBodyArb }, { weight: 1, arbitrary: sizedBodyArb(...largest) })),
+        (bodies) => payloadCase(bodies, target()),
+      ),
+      fcParams(RUNS.payloads, PAYLOAD_EXAMPLES),
+    );
+  }, 120_000);
+
+  it('bodies with lone surrogates: stored exactly, or refused with a typed error and nothing stored', async () => {
+    await fc.assert(
+      fc.asyncProperty(bodiesArb(loneBodyArb), (bodies) => payloadCase(bodies, target())),
+      fcParams(RUNS.lonePayloads, [['\ud800'], ['ok', 'a\udfffb']]),
+    );
+  }, 60_000);
+}
+
 describe('bad input, property-based: payloads', () => {
   describe.each(SQL_ENGINES)('SqlTransport on $label', (engine) => {
-    const ctx = sqlContext(engine);
-    const table = uniqueName('bip');
+    const { ctx, tag: table } = taggedSqlContext(engine, 'bip');
     let queue;
-
-    beforeAll(() => ctx.start());
-    afterAll(() => ctx.stop());
-    afterEach(() => ctx.dropTables(table));
 
     /** The transport and the storage inspection of one case, on a queue of its own. */
     const target = () => {
@@ -1299,23 +1308,7 @@ describe('bad input, property-based: payloads', () => {
       };
     };
 
-    const title = 'NUL, control, astral and noncharacter bodies, and bodies up to 2 MB: one exact row per resolved send, none per typed rejection';
-    it(title, async () => {
-      await fc.assert(
-        fc.asyncProperty(
-          bodiesArb(fc.oneof({ weight: 3, arbitrary: smallBodyArb }, { weight: 1, arbitrary: sizedBodyArb(64 * 1024, 2 * 1024 * 1024) })),
-          (bodies) => payloadCase(bodies, target()),
-        ),
-        fcParams(RUNS.payloads, PAYLOAD_EXAMPLES),
-      );
-    }, 120_000);
-
-    it('bodies with lone surrogates: stored exactly, or refused with a typed error and nothing stored', async () => {
-      await fc.assert(
-        fc.asyncProperty(bodiesArb(loneBodyArb), (bodies) => payloadCase(bodies, target())),
-        fcParams(RUNS.lonePayloads, [['\ud800'], ['ok', 'a\udfffb']]),
-      );
-    }, 60_000);
+    payloadProperties(target, { largest: [64 * 1024, 2 * 1024 * 1024], upTo: '2 MB', unit: 'row' });
 
     if (engine.name === 'mysql') {
       const packetTitle =
@@ -1341,7 +1334,7 @@ describe('bad input, property-based: payloads', () => {
   });
 
   describe('RedisStreamsTransport', () => {
-    const tag = redisEngine.uniqueStream('bip');
+    const { freshStream } = taggedRedisKeys('bip');
     /**
      * Each entry's id, body length in bytes and SHA-1, computed by Redis: megabytes of bodies
      * read back by the admin client would keep its parser's buffers (and the process) alive.
@@ -1357,14 +1350,9 @@ describe('bad input, property-based: payloads', () => {
       end
       return out`;
 
-    const redis = requireRedis();
-    afterEach(async () => {
-      if (redis.up) await deleteRedisKeys(tag);
-    });
-
     /** The transport and the stream inspection of one case, on a stream of its own. */
     const target = () => {
-      const stream = `${tag}:${crypto.randomBytes(4).toString('hex')}`;
+      const stream = freshStream();
       return {
         open: () => openRedis({ stream }),
         hash: 'sha1',
@@ -1373,22 +1361,6 @@ describe('bad input, property-based: payloads', () => {
       };
     };
 
-    const title = 'NUL, control, astral and noncharacter bodies, and bodies up to 4 MB: one exact entry per resolved send, none per typed rejection';
-    it(title, async () => {
-      await fc.assert(
-        fc.asyncProperty(
-          bodiesArb(fc.oneof({ weight: 3, arbitrary: smallBodyArb }, { weight: 1, arbitrary: sizedBodyArb(1024 * 1024, 4 * 1024 * 1024) })),
-          (bodies) => payloadCase(bodies, target()),
-        ),
-        fcParams(RUNS.payloads, PAYLOAD_EXAMPLES),
-      );
-    }, 120_000);
-
-    it('bodies with lone surrogates: stored exactly, or refused with a typed error and nothing stored', async () => {
-      await fc.assert(
-        fc.asyncProperty(bodiesArb(loneBodyArb), (bodies) => payloadCase(bodies, target())),
-        fcParams(RUNS.lonePayloads, [['\ud800'], ['ok', 'a\udfffb']]),
-      );
-    }, 60_000);
+    payloadProperties(target, { largest: [1024 * 1024, 4 * 1024 * 1024], upTo: '4 MB', unit: 'entry' });
   });
 });

@@ -14,9 +14,9 @@
 const path = require('node:path');
 const fs = require('node:fs');
 const { startServer } = require('./support/servers');
-const { forkChild, within } = require('./support/child-consumer');
-const { makeTransport, uniqueQueue, residue } = require('./support/engines');
-const { LoadRun, violations, summary, sleep, settleWithin } = require('./support/account');
+const { startHoldingChild, closeScenario, endScenario } = require('./support/child-consumer');
+const { uniqueQueue } = require('./support/engines');
+const { violations, summary, sleep } = require('./support/account');
 const { sqlite } = require('../../bench/engines');
 
 const temporarySqliteDsn = (prefix) => sqlite.temporaryDsn(prefix);
@@ -34,22 +34,13 @@ function sqliteServer() {
 
 describe.each(['postgres', 'mariadb', 'sqlite', 'redis'])('%s: kill -9 of a consumer process', (engine) => {
   let server;
-  let run;
-  let state;
+  const scenario = {};
 
   beforeAll(async () => {
     server = engine === 'sqlite' ? sqliteServer() : await startServer(engine);
   }, 120_000);
 
-  afterEach(async () => {
-    if (state && state.child.exitCode === null && state.child.signalCode === null) {
-      state.child.kill('SIGKILL');
-      await state.exited;
-    }
-    if (run) await run.close({ boundMs: 3000 });
-    run = undefined;
-    state = undefined;
-  }, 20_000);
+  afterEach(() => endScenario(scenario), 20_000);
 
   afterAll(async () => {
     await server?.stop();
@@ -60,17 +51,8 @@ describe.each(['postgres', 'mariadb', 'sqlite', 'redis'])('%s: kill -9 of a cons
     async (ackMode) => {
       const queue = uniqueQueue(engine, 'crash');
       const base = { dsn: server.dsn, queue, ackMode, leaseMs: LEASE_MS, connectTimeoutMs: 2000 };
-      const producer = makeTransport(engine, base);
-      const survivor = makeTransport(engine, base);
-      await producer.setup();
-      run = new LoadRun({ producers: [producer], consumers: [survivor], opBoundMs: 10_000 });
-      await run.sendBatch(MESSAGES);
-
-      state = forkChild(engine, { ...base, ...(engine === 'redis' && { consumer: `doomed-${process.pid}` }) }, ACK_FIRST);
-      await within(state.ready, 20_000, 'start', state);
-      state.child.send({ type: 'start' });
-      const holding = await within(state.holding, 20_000, 'hold a message', state);
-      for (const acked of state.acked) run.recordDelivery({ key: acked.key, id: acked.id, consumer: 'child', at: acked.at });
+      const holding = await startHoldingChild(scenario, engine, base, { messages: MESSAGES, ackFirst: ACK_FIRST, childName: 'doomed' });
+      const { run, state } = scenario;
 
       // The survivor takes everything else, then idles.
       run.startConsumers();
@@ -98,10 +80,7 @@ describe.each(['postgres', 'mariadb', 'sqlite', 'redis'])('%s: kill -9 of a cons
 
       await run.waitDelivered(1000);
       await run.stopConsumers({ boundMs: 5000 });
-      await run.close({ boundMs: 5000 });
-      const account = run.account();
-      run = undefined;
-      const left = await residue(engine, base);
+      const { account, left } = await closeScenario(scenario, engine, base);
       console.log(
         `${summary(`consumer-crash ${engine} ${ackMode}`, account)}\n` +
           `child acked ${state.acked.length}, held ${held.length} (in flight: ${holding.key}); ` +

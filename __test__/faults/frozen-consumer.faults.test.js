@@ -14,9 +14,9 @@
 const fs = require('node:fs');
 const path = require('node:path');
 const { spawnSync } = require('node:child_process');
-const { uniqueQueue, makeTransport, residue } = require('./support/engines');
-const { forkChild, within } = require('./support/child-consumer');
-const { LoadRun, violations, summary, sleep } = require('./support/account');
+const { uniqueQueue } = require('./support/engines');
+const { within, startHoldingChild, closeScenario, endScenario } = require('./support/child-consumer');
+const { violations, summary, sleep } = require('./support/account');
 const { requireServer, sqlite } = require('../../bench/engines');
 
 /**
@@ -53,24 +53,14 @@ const REGISTRY_NAME = { postgres: 'postgres', mariadb: 'mysql', redis: 'redis' }
 
 describe.each(Object.keys(SERVERS))('%s: a consumer frozen past its lease settles late', (engine) => {
   let dsn;
-  let run;
-  let state;
+  const scenario = {};
 
   beforeAll(async () => {
     if (REGISTRY_NAME[engine]) await requireServer(REGISTRY_NAME[engine]);
     dsn = SERVERS[engine]();
   });
 
-  afterEach(async () => {
-    if (state && state.child.exitCode === null && state.child.signalCode === null) {
-      state.child.kill('SIGCONT');
-      state.child.kill('SIGKILL');
-      await state.exited;
-    }
-    if (run) await run.close({ boundMs: 3000 });
-    run = undefined;
-    state = undefined;
-  }, 20_000);
+  afterEach(() => endScenario(scenario), 20_000);
 
   afterAll(() => {
     if (engine === 'sqlite') fs.rmSync(path.dirname(dsn.slice('sqlite://'.length)), { recursive: true, force: true });
@@ -81,17 +71,8 @@ describe.each(Object.keys(SERVERS))('%s: a consumer frozen past its lease settle
     async (how) => {
       const queue = uniqueQueue(engine, 'frozen');
       const base = { dsn, queue, leaseMs: LEASE_MS, connectTimeoutMs: 2000 };
-      const producer = makeTransport(engine, base);
-      const survivor = makeTransport(engine, base);
-      await producer.setup();
-      run = new LoadRun({ producers: [producer], consumers: [survivor], opBoundMs: 10_000 });
-      await run.sendBatch(MESSAGES);
-
-      state = forkChild(engine, { ...base, ...(engine === 'redis' && { consumer: `frozen-${process.pid}` }) }, ACK_FIRST);
-      await within(state.ready, 20_000, 'start', state);
-      state.child.send({ type: 'start' });
-      const holding = await within(state.holding, 20_000, 'hold a message', state);
-      for (const acked of state.acked) run.recordDelivery({ key: acked.key, id: acked.id, consumer: 'child', at: acked.at });
+      const holding = await startHoldingChild(scenario, engine, base, { messages: MESSAGES, ackFirst: ACK_FIRST, childName: 'frozen' });
+      const { run, state } = scenario;
 
       // Frozen: its claims lapse; the survivor takes over what it held and handles everything.
       state.child.kill('SIGSTOP');
@@ -125,10 +106,7 @@ describe.each(Object.keys(SERVERS))('%s: a consumer frozen past its lease settle
       await run.stopConsumers({ boundMs: 5000 });
       const afterFreeze = run.deliveries.filter((d) => d.consumer !== 'child');
       const afterStale = afterFreeze.filter((d) => d.key === holding.key);
-      await run.close({ boundMs: 5000 });
-      const account = run.account();
-      run = undefined;
-      const left = await residue(engine, base);
+      const { account, left } = await closeScenario(scenario, engine, base);
       console.log(
         `${summary(`frozen-consumer ${engine} ${how}`, account)}\n` +
           `held ${holding.key}: taken over ${takenOver.length}×, delivered to the survivor ${afterStale.length}× in all; ` +

@@ -10,7 +10,7 @@ const { privateServer } = require('./support/servers');
 const { makeTransport, uniqueQueue } = require('./support/engines');
 const { sleep } = require('./support/account');
 const { faultEnvelope } = require('./support/messages');
-const { pollUntil } = require('../support/transport-helpers');
+const { pollUntil, startAckingConsumer } = require('../support/transport-helpers');
 
 const EXPECTED = {
   postgres: { lost: /^LISTEN connection lost/, back: /^LISTEN connection back/ },
@@ -29,14 +29,7 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: the logger hears of a lost 
     const queue = uniqueQueue(engine, 'logger');
     const consumer = makeTransport(engine, { dsn: server.dsn, queue, connectTimeoutMs: 1000, logger });
     const producer = makeTransport(engine, { dsn: server.dsn, queue, connectTimeoutMs: 1000 });
-    const controller = new AbortController();
-    const received = [];
-    const loop = (async () => {
-      for await (const envelope of consumer.get(controller.signal)) {
-        received.push(envelope);
-        await consumer.ack(envelope);
-      }
-    })();
+    const reading = startAckingConsumer(consumer);
     try {
       await producer.setup();
       await sleep(800);
@@ -52,10 +45,9 @@ describe.each(['postgres', 'mariadb', 'redis'])('%s: the logger hears of a lost 
 
       // Consuming goes on: a message sent now is delivered.
       await producer.send(faultEnvelope('after', 1));
-      expect(await pollUntil(() => received.some((e) => e.message.key === 'after'), { timeoutMs: 10_000 })).toBe(true);
+      expect(await pollUntil(() => reading.received.some((e) => e.message.key === 'after'), { timeoutMs: 10_000 })).toBe(true);
     } finally {
-      controller.abort();
-      await loop.catch(() => {});
+      await reading.stop();
       await producer.close();
       await consumer.close();
     }

@@ -11,7 +11,7 @@
 // the server is back is delivered within a few seconds.
 
 const { TransportConnectionError } = require('@schally/nestjs-messenger');
-const { startServer } = require('./support/servers');
+const { privateServer } = require('./support/servers');
 const { makeTransport, uniqueQueue, residue } = require('./support/engines');
 const { LoadRun, violations, summary, sleep } = require('./support/account');
 
@@ -23,22 +23,15 @@ const OP_BOUND_MS = CONNECT_TIMEOUT_MS + 5000;
 const RECOVER_WITHIN_MS = 5000;
 
 describe.each(['postgres', 'mariadb', 'redis'])('%s: server restart under load', (engine) => {
-  let server;
   let run;
-
-  beforeAll(async () => {
-    server = await startServer(engine);
-  }, 120_000);
-
-  afterAll(async () => {
-    // Stopping the server ends whatever the code under test still waits on.
-    await server?.stop();
-    if (run) await run.close({ boundMs: 3000 });
-  }, 60_000);
+  // Stopping the server ends whatever the code under test still waits on; then a run a failed
+  // test left open is closed.
+  const serverOf = privateServer(engine, { afterStop: () => run?.close({ boundMs: 3000 }) });
 
   it.each(['write-behind', 'commit'])(
     'ackMode %s: nothing lost, sends bounded, get() rides through, delivery resumes',
     async (ackMode) => {
+      const server = serverOf();
       const queue = uniqueQueue(engine, 'restart');
       const make = () =>
         makeTransport(engine, { dsn: server.dsn, queue, ackMode, connectTimeoutMs: CONNECT_TIMEOUT_MS });

@@ -7,17 +7,11 @@
 // The deletes fail because the consumer's role loses its DELETE right after taking the
 // messages; it gets it back after close().
 
-const { Envelope, JsonSerializer } = require('@schally/nestjs-messenger');
 const { SqlTransport } = require('../..');
 const { postgres, requireServer, uniqueName } = require('../../bench/engines');
 const { postgres: postgresTests } = require('../support/engines');
 const { sleep } = require('../faults/support/account');
-
-class Job {
-  constructor(n) {
-    this.n = n;
-  }
-}
+const { jobSerializer, sendThenTakeAll } = require('../support/jobs');
 
 const COUNT = 20;
 
@@ -40,18 +34,12 @@ describe('PostgreSQL: write-behind acks that cannot be written', () => {
       dsn: account.dsn,
       tableName: table,
       queueName: 'q',
-      serializer: new JsonSerializer([Job]),
+      serializer: jobSerializer(),
       redeliverTimeoutSeconds: 1,
       logger,
     });
     try {
-      for (let n = 0; n < COUNT; n += 1) await transport.send(new Envelope(new Job(n)));
-      const taken = [];
-      const controller = new AbortController();
-      for await (const envelope of transport.get(controller.signal)) {
-        taken.push(envelope);
-        if (taken.length === COUNT) controller.abort();
-      }
+      const taken = await sendThenTakeAll(transport, COUNT);
       await admin.query(`REVOKE DELETE ON ${table} FROM ${new URL(account.dsn).username}`);
       for (const envelope of taken) await transport.ack(envelope);
       // Past the 1 s lease the failure must have been reported as such.

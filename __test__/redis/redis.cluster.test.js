@@ -19,7 +19,7 @@ const {
 const { RedisStreamsTransport } = require('../..');
 const { redis: engine } = require('../support/engines');
 const { startCluster, nodeCommand } = require('../../bench/redis-cluster');
-const { sleep, pollUntil } = require('../support/transport-helpers');
+const { sleep, pollUntil, startAckingConsumer } = require('../support/transport-helpers');
 const { idOf, fleetHarness } = require('../support/fleet');
 const { conformanceSuite } = require('../shared/conformance.suite');
 const { makeTlsFiles } = require('../support/tls-files');
@@ -133,25 +133,6 @@ async function streamOn(handle, port, prefix) {
     if ((await handle.ownerOf(await handle.keyslot(stream))) === port) return stream;
   }
   throw new Error(`no stream found for the master on ${port}`);
-}
-
-/** A get() loop that acks what it receives, recording each message's `n` in `got`. */
-function ackingLoop(transport) {
-  const got = [];
-  const controller = new AbortController();
-  const done = (async () => {
-    for await (const envelope of transport.get(controller.signal)) {
-      got.push(envelope.message.n);
-      await transport.ack(envelope);
-    }
-  })();
-  return {
-    got,
-    async stop() {
-      controller.abort();
-      await done.catch(() => undefined);
-    },
-  };
 }
 
 async function pendingCount(port, stream) {
@@ -448,8 +429,8 @@ describe('failover under idle consumers (a cluster with a replica of each master
       serializer: new JsonSerializer([ClusterMessage]),
       connectTimeoutMs: 1000,
     });
-    const consumer = ackingLoop(transport);
-    const { got } = consumer;
+    const consumer = startAckingConsumer(transport);
+    const got = consumer.received;
     try {
       expect(await pollUntil(() => trackingOn(victim), { timeoutMs: 5000 })).toBe(true);
       await failover.kill(victim);
@@ -473,7 +454,7 @@ describe('failover under idle consumers (a cluster with a replica of each master
       const { body, headers } = new JsonSerializer([ClusterMessage]).encode(message(7));
       await nodeCommand(owner, 'XADD', stream, '*', 'body', body, 'headers', JSON.stringify(headers));
       await pollUntil(() => got.length > 0, { timeoutMs: 5000 });
-      expect(got).toEqual([7]);
+      expect(got.map((e) => e.message.n)).toEqual([7]);
     } finally {
       await consumer.stop();
       await transport.close();
@@ -511,8 +492,8 @@ describe('a cluster served over TLS only', () => {
     };
     const consumerTransport = new RedisStreamsTransport(options);
     const sender = new RedisStreamsTransport(options);
-    const consumer = ackingLoop(consumerTransport);
-    const { got } = consumer;
+    const consumer = startAckingConsumer(consumerTransport);
+    const got = consumer.received;
     try {
       await sender.send(message(1));
       await pollUntil(() => got.length > 0, { timeoutMs: 5000 });
@@ -523,7 +504,7 @@ describe('a cluster served over TLS only', () => {
       expect((await claimsServed(owner)) - before).toBe(0);
       await sender.send(message(2));
       await pollUntil(() => got.length > 1, { timeoutMs: 5000 });
-      expect(got).toEqual([1, 2]);
+      expect(got.map((e) => e.message.n)).toEqual([1, 2]);
     } finally {
       await consumer.stop();
       await consumerTransport.close();

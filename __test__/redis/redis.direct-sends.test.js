@@ -9,38 +9,20 @@
 
 const asyncHooks = require('node:async_hooks');
 const { TransportConnectionError } = require('@schally/nestjs-messenger');
-const { RedisStreamsTransport } = require('../..');
 const { redis: engine } = require('../support/engines');
-const { startRedisServer, withIoredis } = require('../support/redis-server');
-const { serializer, envelopeOf, idOf, sleep, pollUntil, settleWithin } = require('../support/transport-helpers');
+const { throwawayRedis } = require('../support/throwaway-redis');
+const { envelopeOf, idOf, sleep, pollUntil, settleWithin } = require('../support/transport-helpers');
 
 const SEND_CONNECTION = 'nestjs-messenger-native:send';
 
-let server;
-let dsn;
-const transports = [];
-
-beforeAll(async () => {
-  server = await startRedisServer();
-  dsn = `redis://127.0.0.1:${server.port}`;
-}, 20000);
-
-afterAll(async () => {
-  await server?.stop();
-});
+const local = throwawayRedis();
+const transport = local.open;
+const withServer = local.inspect;
 
 afterEach(async () => {
   await withServer((redis) => redis.client('UNPAUSE'));
-  await Promise.all(transports.splice(0).map((t) => settleWithin(t.close(), 5000)));
+  await local.closeOpened();
 });
-
-function transport(options) {
-  const t = new RedisStreamsTransport({ dsn, serializer: serializer(), ...options });
-  transports.push(t);
-  return t;
-}
-
-const withServer = (use) => withIoredis(dsn, use);
 
 /** The server's clients named as the send connection: `[{ id, cmd }]`. */
 async function sendConnections() {

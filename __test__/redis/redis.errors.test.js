@@ -174,19 +174,23 @@ describe(engine.auth.title, () => {
   }, 20000);
 });
 
-describe('failed commands on a live server', () => {
-  let redis;
-
+/** For a describe on the shared server: requires it, and `live.redis`, an ioredis client on it for its tests. */
+function sharedServerClient() {
+  const live = { redis: undefined };
   beforeAll(async () => {
     await engine.requireServer();
-    redis = new Redis(REDIS_DSN, { maxRetriesPerRequest: 1 });
+    live.redis = new Redis(REDIS_DSN, { maxRetriesPerRequest: 1 });
   });
+  afterAll(() => live.redis?.disconnect());
+  return live;
+}
 
-  afterAll(() => redis?.disconnect());
+describe('failed commands on a live server', () => {
+  const live = sharedServerClient();
 
   it('maps WRONGTYPE (the stream key holds a string) to a base TransportError for every operation', async () => {
     const stream = freshStream();
-    await redis.set(stream, 'not a stream');
+    await live.redis.set(stream, 'not a stream');
     const t = transport({ stream });
     for (const [name, operation] of engine.operations()) {
       const { error } = await failure(() => operation(t));
@@ -197,7 +201,7 @@ describe('failed commands on a live server', () => {
       expect({ name, code: error.code, causeCode: error.cause?.code }).toEqual({ name, code: 'E_TRANSPORT', causeCode: 'WRONGTYPE' });
       expect(error.cause.message).toMatch(/^WRONGTYPE /);
     }
-    expect(await redis.get(stream)).toBe('not a stream');
+    expect(await live.redis.get(stream)).toBe('not a stream');
   });
 
   it('fails with TransportConnectionError, not a generic error, when the DSN names a database the server does not have', async () => {
@@ -211,7 +215,7 @@ describe('failed commands on a live server', () => {
 
   it('maps a WRONGTYPE delayed key to TransportError: from a delayed send, and from get() (promotion); both work once fixed', async () => {
     const stream = freshStream();
-    await redis.set(`${stream}:delayed`, 'oops');
+    await live.redis.set(`${stream}:delayed`, 'oops');
     const t = transport({ stream });
     await t.setup();
     const { error: sendError } = await failure(() => t.send(envelopeOf('x').with(new DelayStamp(100))));
@@ -223,7 +227,7 @@ describe('failed commands on a live server', () => {
     expect(getError).not.toBeInstanceOf(TransportConnectionError);
     expect(getError.message).toMatch(/WRONGTYPE/);
 
-    await redis.del(`${stream}:delayed`);
+    await live.redis.del(`${stream}:delayed`);
     await t.send(envelopeOf('fixed').with(new DelayStamp(50)));
     const received = await receiveOne(t);
     expect(received.message.id).toBe('fixed');
@@ -232,7 +236,7 @@ describe('failed commands on a live server', () => {
 
   it('answers each send of a batch for itself: due ones stored and resolved, delayed ones refused as not applied', async () => {
     const stream = freshStream();
-    await redis.set(`${stream}:delayed`, 'oops');
+    await live.redis.set(`${stream}:delayed`, 'oops');
     const t = transport({ stream });
     await t.setup();
     const sends = [
@@ -251,19 +255,12 @@ describe('failed commands on a live server', () => {
       ...Array(20).fill('stored'),
       ...Array(3).fill('E_TRANSPORT WRONGTYPE not-applied'),
     ]);
-    expect(await redis.xlen(stream)).toBe(20);
+    expect(await live.redis.xlen(stream)).toBe(20);
   });
 });
 
 describe('consumer group or stream vanishing under a live consumer', () => {
-  let redis;
-
-  beforeAll(async () => {
-    await engine.requireServer();
-    redis = new Redis(REDIS_DSN, { maxRetriesPerRequest: 1 });
-  });
-
-  afterAll(() => redis?.disconnect());
+  const live = sharedServerClient();
 
   /**
    * A consumer on `dsn` takes a first message; `vanish(stream)` pulls the rug while it is idle;
@@ -294,12 +291,12 @@ describe('consumer group or stream vanishing under a live consumer', () => {
   }
 
   it.each([
-    ['the stream key is deleted', (stream) => redis.del(stream)],
-    ['the group is destroyed', (stream) => redis.xgroup('DESTROY', stream, 'messenger')],
+    ['the stream key is deleted', (stream) => live.redis.del(stream)],
+    ['the group is destroyed', (stream) => live.redis.xgroup('DESTROY', stream, 'messenger')],
   ])(
     'when %s, get() goes on: the group is re-created from the start of the stream and nothing sent since is lost',
     async (_, vanish) => {
-      await goesOnAfter(REDIS_DSN, redis, vanish);
+      await goesOnAfter(REDIS_DSN, live.redis, vanish);
     },
     20000,
   );
@@ -331,14 +328,14 @@ describe('consumer group or stream vanishing under a live consumer', () => {
     const two = (await iterator.next()).value;
     expect([one.message.id, two.message.id]).toEqual(['one', 'two']);
     // Two messages in flight, then the stream goes away.
-    await redis.del(stream);
+    await live.redis.del(stream);
     await t.ack(one);
     await t.reject(two);
     controller.abort();
     await iterator.return();
     // No copy was made, nothing was re-created.
-    expect(await redis.exists(stream)).toBe(0);
-    expect(await redis.exists(`${stream}:delayed`)).toBe(0);
+    expect(await live.redis.exists(stream)).toBe(0);
+    expect(await live.redis.exists(`${stream}:delayed`)).toBe(0);
     expect(await t.getMessageCount()).toBe(0);
     // The group is gone: the next read re-creates it and goes on.
     expect(await receiveWithin(t, 200)).toBeUndefined();

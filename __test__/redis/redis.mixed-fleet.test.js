@@ -14,8 +14,8 @@ const { DelayStamp, ReceivedStamp, RedeliveryStamp, TransportMessageIdStamp } = 
 const { RedisStreamsTransport: UpstreamRedisStreamsTransport } = require('@schally/nestjs-messenger-transport-redis');
 const { RedisStreamsTransport: NativeRedisStreamsTransport } = require('../..');
 const { redis: engine } = require('../support/engines');
-const { sleep, pollUntil } = require('../support/transport-helpers');
-const { FleetMessage, fleetSerializer, idOf, sendableStamps, outgoing, fleetHarness, drain } = require('../support/fleet');
+const { sleep, pollUntil, collect } = require('../support/transport-helpers');
+const { FleetMessage, fleetSerializer, idOf, sendableStamps, outgoing, fleetHarness } = require('../support/fleet');
 const { everyStamp } = require('../support/every-stamp');
 
 const REDIS_DSN = engine.dsn;
@@ -375,8 +375,8 @@ test('list(), find() and get() yield every stamp upstream yields, in its order, 
     idOf(await native.send(outgoing(1, 'by native', ...extra))),
   ];
 
-  const upstreamListed = await drain(upstream.list());
-  const nativeListed = await drain(native.list());
+  const upstreamListed = await collect(upstream.list());
+  const nativeListed = await collect(native.list());
   expect(nativeListed.map(idOf)).toEqual(ids);
   expect(nativeListed.map(everyStamp)).toEqual(upstreamListed.map(everyStamp));
   for (const [i, id] of ids.entries()) {

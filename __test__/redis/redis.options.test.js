@@ -55,6 +55,18 @@ const inspect = (use, db = 0) => withIoredis(`${dsn}/${db}`, use);
 /** Every key of the server's database `db` that names `stream`. */
 const keysOf = (stream, db = 0) => inspect((redis) => redis.keys(`*${stream}*`), db);
 
+/**
+ * `sender` sends `now`, then `later` delayed by `delayMs`; resolves the first message `receiver`
+ * receives, asserted to be `now`.
+ */
+async function sendNowAndLater(sender, receiver, now, later, delayMs) {
+  const sent = await sender.send(envelopeOf(now));
+  await sender.send(envelopeOf(later).with(new DelayStamp(delayMs)));
+  const first = await receiveOne(receiver);
+  expect(idOf(first)).toBe(idOf(sent));
+  return first;
+}
+
 beforeAll(async () => {
   server = await startRedisServer();
   dsn = `redis://127.0.0.1:${server.port}`;
@@ -253,10 +265,7 @@ describe('honoured', () => {
   it('username, password and keyPrefix: an ACL user allowed app:* keys only runs every operation', async () => {
     const stream = uniqueStream();
     const t = transport({ stream, redisOptions: { username: 'app', password: APP_SECRET, keyPrefix: 'app:' } });
-    const sent = await t.send(envelopeOf('first'));
-    await t.send(envelopeOf('delayed').with(new DelayStamp(150)));
-    const first = await receiveOne(t);
-    expect(idOf(first)).toBe(idOf(sent));
+    const first = await sendNowAndLater(t, t, 'first', 'delayed', 150);
     await t.reject(first);
     const again = await receiveOne(t);
     expect(again.last(RedeliveryStamp).retryCount).toBe(1);
@@ -287,19 +296,13 @@ describe('honoured', () => {
     await ours.setup();
     const theirs = upstream({ stream, redisOptions });
 
-    const fromUpstream = await theirs.send(envelopeOf('from-upstream'));
-    await theirs.send(envelopeOf('from-upstream-delayed').with(new DelayStamp(100)));
-    const first = await receiveOne(ours);
-    expect(idOf(first)).toBe(idOf(fromUpstream));
+    const first = await sendNowAndLater(theirs, ours, 'from-upstream', 'from-upstream-delayed', 100);
     await ours.ack(first);
     const second = await receiveOne(ours);
     expect(second.message.id).toBe('from-upstream-delayed');
     await ours.ack(second);
 
-    const fromUs = await ours.send(envelopeOf('from-native'));
-    await ours.send(envelopeOf('from-native-delayed').with(new DelayStamp(100)));
-    const third = await receiveOne(theirs);
-    expect(idOf(third)).toBe(idOf(fromUs));
+    const third = await sendNowAndLater(ours, theirs, 'from-native', 'from-native-delayed', 100);
     await theirs.ack(third);
     const fourth = await receiveOne(theirs, 3000);
     expect(fourth.message.id).toBe('from-native-delayed');

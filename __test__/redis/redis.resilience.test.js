@@ -9,13 +9,11 @@
 // commands issued around a reconnect, so an application never sees a send or an ack fail just
 // because an idle connection was dropped or the server restarted a moment ago.
 
-const path = require('node:path');
 const { spawnSync } = require('node:child_process');
 const { Redis } = require('ioredis');
-const { RedisStreamsTransport } = require('../..');
 const { redis: engine } = require('../support/engines');
-const { startRedisServer, withIoredis } = require('../support/redis-server');
-const { killedBy } = require('../support/child');
+const { throwawayRedis } = require('../support/throwaway-redis');
+const { ROOT, CORE, expectCleanExit } = require('../support/child');
 const {
   serializer,
   envelopeOf,
@@ -26,36 +24,18 @@ const {
   startAckingConsumer,
 } = require('../support/transport-helpers');
 
-const ROOT = path.resolve(__dirname, '..', '..');
-const CORE = require.resolve('@schally/nestjs-messenger');
 
-let server;
-let dsn;
-const transports = [];
+const local = throwawayRedis({ args: ['--appendonly', 'yes', '--appendfsync', 'always'] });
+const transport = local.open;
 const consumers = [];
-
-beforeAll(async () => {
-  server = await startRedisServer({ args: ['--appendonly', 'yes', '--appendfsync', 'always'] });
-  dsn = `redis://127.0.0.1:${server.port}`;
-}, 20000);
-
-afterAll(async () => {
-  await server?.stop();
-});
 
 afterEach(async () => {
   await Promise.all(consumers.splice(0).map((c) => settleWithin(c.stop(), 3000)));
-  await Promise.all(transports.splice(0).map((t) => settleWithin(t.close(), 3000)));
+  await local.closeOpened(3000);
 });
 
-function transport(options) {
-  const t = new RedisStreamsTransport({ dsn, serializer: serializer(), ...options });
-  transports.push(t);
-  return t;
-}
-
 /** Runs `use` with a short-lived ioredis client on the throwaway server. */
-const withServer = (use) => withIoredis(dsn, use);
+const withServer = local.inspect;
 
 /** Drops every normal client connection (the transports' included), as a failover or proxy would. */
 async function killClients() {
@@ -117,6 +97,20 @@ async function holdOne(t) {
   };
 }
 
+/** A transport on a fresh stream named after `prefix`, with one message (`id`) sent. */
+async function oneSent(prefix, options = {}, id = 'before') {
+  const stream = engine.uniqueStream(prefix);
+  const t = transport({ stream, ...options });
+  await t.send(envelopeOf(id));
+  return { stream, t };
+}
+
+/** oneSent, with that message held by holdOne. */
+async function holdingOne(prefix, options = {}, id = 'in-flight') {
+  const { stream, t } = await oneSent(prefix, options, id);
+  return { stream, t, held: await holdOne(t) };
+}
+
 describe('connections dropped by the server (CLIENT KILL TYPE normal)', () => {
   it('a live consumer survives: get() does not throw, acked entries stay acked, new messages arrive', async () => {
     const stream = engine.uniqueStream('kill');
@@ -141,10 +135,7 @@ describe('connections dropped by the server (CLIENT KILL TYPE normal)', () => {
   }, 15000);
 
   it('an ack recorded after the connection was dropped is written by itself (written behind)', async () => {
-    const stream = engine.uniqueStream('kill');
-    const t = transport({ stream });
-    await t.send(envelopeOf('in-flight'));
-    const held = await holdOne(t);
+    const { stream, t, held } = await holdingOne('kill');
     expect(await streamState(stream)).toEqual({ length: 1, pending: 1 });
     await killClients();
     await t.ack(held.envelope);
@@ -154,10 +145,7 @@ describe('connections dropped by the server (CLIENT KILL TYPE normal)', () => {
   }, 10000);
 
   it('close() after a written-behind ack met a dropped connection writes it and resolves', async () => {
-    const stream = engine.uniqueStream('kill');
-    const t = transport({ stream });
-    await t.send(envelopeOf('in-flight'));
-    const held = await holdOne(t);
+    const { stream, t, held } = await holdingOne('kill');
     await killClients();
     await t.ack(held.envelope);
     await sleep(300);
@@ -168,9 +156,7 @@ describe('connections dropped by the server (CLIENT KILL TYPE normal)', () => {
   }, 10000);
 
   it('the first send after the connection was dropped succeeds', async () => {
-    const stream = engine.uniqueStream('kill');
-    const t = transport({ stream });
-    await t.send(envelopeOf('before'));
+    const { stream, t } = await oneSent('kill');
     await killClients();
     const result = await settleWithin(t.send(envelopeOf('after')), 3000);
     expect(result.error?.message).toBeUndefined();
@@ -179,10 +165,7 @@ describe('connections dropped by the server (CLIENT KILL TYPE normal)', () => {
   }, 10000);
 
   it("the first ack (ackMode 'commit') after the connection was dropped succeeds", async () => {
-    const stream = engine.uniqueStream('kill');
-    const t = transport({ stream, ackMode: 'commit' });
-    await t.send(envelopeOf('in-flight'));
-    const held = await holdOne(t);
+    const { stream, t, held } = await holdingOne('kill', { ackMode: 'commit' });
     await killClients();
     const result = await settleWithin(t.ack(held.envelope), 3000);
     expect(result.error?.message).toBeUndefined();
@@ -200,10 +183,10 @@ describe('redis-server crash (kill -9) and restart on the same port', () => {
     expect(await pollUntil(() => consumer.received.length === 3)).toBe(true);
     await expectDrained(stream);
 
-    await server.crash();
+    await local.server.crash();
     await sleep(1000);
     expect(consumer.error).toBeUndefined();
-    await server.restart();
+    await local.server.restart();
     // The stream and the group survived (AOF); nothing is pending.
     expect(await streamState(stream)).toEqual({ length: 0, pending: 0 });
 
@@ -216,14 +199,11 @@ describe('redis-server crash (kill -9) and restart on the same port', () => {
   }, 20000);
 
   it('a message handled while Redis is down is acked once it is back (no redelivery)', async () => {
-    const stream = engine.uniqueStream('restart');
-    const t = transport({ stream, claimIdleMs: 500 });
-    await t.send(envelopeOf('handled-during-outage'));
-    const held = await holdOne(t);
-    await server.crash();
+    const { stream, t, held } = await holdingOne('restart', { claimIdleMs: 500 }, 'handled-during-outage');
+    await local.server.crash();
     await t.ack(held.envelope);
     await held.stop();
-    await server.restart();
+    await local.server.restart();
     await expectDrained(stream, 3000);
     // And a consumer started now finds nothing to redeliver.
     const consumer = startConsumer(t);
@@ -233,27 +213,23 @@ describe('redis-server crash (kill -9) and restart on the same port', () => {
   }, 20000);
 
   it('the first send once Redis is back succeeds', async () => {
-    const stream = engine.uniqueStream('restart');
-    const t = transport({ stream });
-    await t.send(envelopeOf('before'));
-    await server.crash();
+    const { stream, t } = await oneSent('restart');
+    await local.server.crash();
     await sleep(300);
-    await server.restart();
+    await local.server.restart();
     const result = await settleWithin(t.send(envelopeOf('after')), 3000);
     expect(result.error?.message).toBeUndefined();
     expect((await streamState(stream)).length).toBe(2);
   }, 20000);
 
   it('sends while Redis is down fail fast with TransportConnectionError, and succeed again once it is back', async () => {
-    const stream = engine.uniqueStream('restart');
-    const t = transport({ stream });
-    await t.send(envelopeOf('before'));
-    await server.crash();
+    const { t } = await oneSent('restart');
+    await local.server.crash();
     const startedAt = Date.now();
     const down = await settleWithin(t.send(envelopeOf('down')), 8000);
     expect(down.error?.name).toBe('TransportConnectionError');
     expect(Date.now() - startedAt).toBeLessThan(6000);
-    await server.restart();
+    await local.server.restart();
     const sent = await pollUntil(
       async () => {
         const result = await settleWithin(t.send(envelopeOf('back')), 3000);
@@ -296,6 +272,13 @@ describe('process exit after close()', () => {
     return { ...result, elapsedMs: Date.now() - startedAt, stream };
   }
 
+  /** Asserts that the child exited cleanly within 5 s, having printed `stdout`. */
+  function expectExitedByItself(result, stdout) {
+    expectCleanExit(result);
+    expect(result.stdout).toBe(stdout);
+    expect(result.elapsedMs).toBeLessThan(5000);
+  }
+
   async function cleanUp(stream) {
     const redis = new Redis(engine.dsn, { maxRetriesPerRequest: 1 });
     try {
@@ -329,11 +312,7 @@ describe('process exit after close()', () => {
       await t.close();
       console.log('closed');
     `);
-    expect(killedBy(result)).toBeNull();
-    expect(result.stderr).toBe('');
-    expect(result.status).toBe(0);
-    expect(result.stdout).toBe('handled child,later\nclosed\n');
-    expect(result.elapsedMs).toBeLessThan(5000);
+    expectExitedByItself(result, 'handled child,later\nclosed\n');
     expect(await cleanUp(result.stream)).toEqual({ length: 0, delayed: 0 });
   }, 15000);
 
@@ -349,11 +328,7 @@ describe('process exit after close()', () => {
       await consumer;
       console.log('closed');
     `);
-    expect(killedBy(result)).toBeNull();
-    expect(result.stderr).toBe('');
-    expect(result.status).toBe(0);
-    expect(result.stdout).toBe('consumer ended\nclosed\n');
-    expect(result.elapsedMs).toBeLessThan(5000);
+    expectExitedByItself(result, 'consumer ended\nclosed\n');
     await cleanUp(result.stream);
   }, 15000);
 
@@ -377,11 +352,7 @@ describe('process exit after close()', () => {
       await consumer;
       console.log('closed');
     `);
-    expect(killedBy(result)).toBeNull();
-    expect(result.stderr).toBe('');
-    expect(result.status).toBe(0);
-    expect(result.stdout).toBe('got one\ngot two\nclosed\n');
-    expect(result.elapsedMs).toBeLessThan(5000);
+    expectExitedByItself(result, 'got one\ngot two\nclosed\n');
     expect(await cleanUp(result.stream)).toEqual({ length: 0, delayed: 0 });
   }, 15000);
 });

@@ -6,29 +6,23 @@
 
 const crypto = require('node:crypto');
 const { DelayStamp } = require('@schally/nestjs-messenger');
-const { RedisStreamsTransport } = require('../..');
-const { startRedisServer, withIoredis } = require('../support/redis-server');
+const { throwawayRedis } = require('../support/throwaway-redis');
 const {
   serializer,
   envelopeOf,
   idOf,
   sleep,
   pollUntil,
-  closeAll,
   startConsumer,
 } = require('../support/transport-helpers');
 
-let server;
-let dsn;
-const transports = [];
+const local = throwawayRedis({}, 30000);
 const consumers = [];
 
-const inspect = (use) => withIoredis(dsn, use);
+const inspect = local.inspect;
 
 function transport(options = {}) {
-  const t = new RedisStreamsTransport({ serializer: serializer(), dsn, stream: `idle-${crypto.randomBytes(5).toString('hex')}`, ...options });
-  transports.push(t);
-  return t;
+  return local.open({ stream: `idle-${crypto.randomBytes(5).toString('hex')}`, ...options });
 }
 
 function consume(t) {
@@ -71,18 +65,9 @@ async function untilIdle(list) {
   );
 }
 
-beforeAll(async () => {
-  server = await startRedisServer();
-  dsn = `redis://127.0.0.1:${server.port}`;
-}, 30000);
-
-afterAll(async () => {
-  await server?.stop();
-});
-
 afterEach(async () => {
   await Promise.all(consumers.splice(0).map((c) => c.stop()));
-  await closeAll(transports);
+  await local.closeOpened();
 }, 30000);
 
 /** A transport whose stream name the test keeps (`t.stream`). */
@@ -179,7 +164,7 @@ describe('wake-ups through the shared read', () => {
     await untilIdle([idle]);
     await sleep(200);
 
-    const sender = transport({ stream: idle.stream, dsn: `${dsn}/0` });
+    const sender = transport({ stream: idle.stream, dsn: `${local.dsn}/0` });
     await sender.send(envelopeOf('from-afar', '', [new DelayStamp(300)]));
     const [arrival] = await consumer.waitFor(1, 5000);
     expect(arrival && arrival.envelope.message.id).toBe('from-afar');
@@ -257,7 +242,7 @@ describe('wake-ups through the shared read', () => {
     expect(last).not.toContain(leaving.stream);
 
     await Promise.all(consumers.splice(0).map((c) => c.stop()));
-    await closeAll(transports);
+    await local.closeOpened();
     await pollUntil(async () => (await clientCount()) === 0, { timeoutMs: 5000 });
     expect(base).toBeGreaterThan(0);
     expect(await clientCount()).toBe(0);

@@ -14,7 +14,7 @@
 const { RedisStreamsTransport } = require('../..');
 const { redis } = require('../support/engines');
 const { withIoredis } = require('../support/redis-server');
-const { serializer, envelopeOf, sleep, pollUntil, settleWithin } = require('../support/transport-helpers');
+const { serializer, envelopeOf, sleep, pollUntil, settleWithin, startAckingConsumer } = require('../support/transport-helpers');
 
 const transports = [];
 let target;
@@ -115,25 +115,17 @@ it('entries another consumer took over are forgotten by their holder, whose late
   expect(await pollUntil(() => held.length === 1, { timeoutMs: 5000 })).toBe(true);
   const before = holder.stats();
 
-  const taken = [];
-  const takerController = new AbortController();
-  const takerLoop = (async () => {
-    for await (const envelope of taker.get(takerController.signal)) {
-      taken.push(envelope.message.id);
-      await taker.ack(envelope);
-    }
-  })();
-  const allTaken = await pollUntil(() => new Set(taken).size === COUNT, { timeoutMs: 10_000 });
+  const taking = startAckingConsumer(taker);
+  const allTaken = await pollUntil(() => new Set(taking.ids()).size === COUNT, { timeoutMs: 10_000 });
   // Within the holder's next renewal or two (and before its 5 s hand-back of a stalled buffer).
   const forgotten = await pollUntil(() => holder.stats().trackedIds === 0, { timeoutMs: 2500 });
   const after = holder.stats();
   release();
   const stale = await pollUntil(() => holder.stats().staleSettles === 1, { timeoutMs: 5000 });
   holderController.abort();
-  takerController.abort();
-  await Promise.all([settleWithin(holderLoop, 10_000), settleWithin(takerLoop, 10_000)]);
+  await Promise.all([settleWithin(holderLoop, 10_000), settleWithin(taking.stop(), 10_000)]);
   console.log(
-    `[taken over] holder held ${before.trackedIds} (buffered ${before.buffered}, in flight ${before.inFlight}); taker took ${new Set(taken).size}; holder then tracks ${after.trackedIds} (buffered ${after.buffered}, in flight ${after.inFlight}); late ack stale: ${stale}`,
+    `[taken over] holder held ${before.trackedIds} (buffered ${before.buffered}, in flight ${before.inFlight}); taker took ${new Set(taking.ids()).size}; holder then tracks ${after.trackedIds} (buffered ${after.buffered}, in flight ${after.inFlight}); late ack stale: ${stale}`,
   );
 
   expect(before.inFlight).toBe(1);

@@ -7,7 +7,7 @@
 // stalled entries (XAUTOCLAIM) and the claim-renewal keeper, blocking reads and abandoned
 // blocks. Behaviour reference: shared/reference/upstream-transports.md §2, §3.3, §5.2.
 
-const path = require('node:path');
+const { ROOT, CORE } = require('../support/child');
 const { randomUUID } = require('node:crypto');
 const { spawnSync } = require('node:child_process');
 const { Redis } = require('ioredis');
@@ -37,11 +37,10 @@ const {
   settleWithin,
   throwsSync,
   rejectionOf,
+  startAckingConsumer,
 } = require('../support/transport-helpers');
 
 const REDIS_DSN = engine.dsn;
-const ROOT = path.resolve(__dirname, '..', '..');
-const CORE = require.resolve('@schally/nestjs-messenger');
 /** The same server under other DSN strings: a command connection (and wake board) of its own. */
 const OTHER_DSN = `${REDIS_DSN}/0`;
 const LOCALHOST_DSN = REDIS_DSN.replace('127.0.0.1', 'localhost');
@@ -219,27 +218,48 @@ async function startIdleConsumer(t, stream, consumerName) {
 }
 
 /**
+ * A transport on a fresh stream (consumer `name`, pollIntervalMs 5000, `options`) with a
+ * consumer settled, idle, into a blocking read.
+ */
+async function blockedInARead(name, options = {}) {
+  const stream = freshStream();
+  const t = transport({ stream, consumer: name, pollIntervalMs: 5000, ...options });
+  const consumer = await startIdleConsumer(t, stream, name);
+  return { stream, t, consumer };
+}
+
+/**
  * One round of an abort racing an XADD: a get() loop of `t` settles into a blocking read, an
  * entry is added and the loop aborted at once (the order varies with `round`), so the block
  * may or may not have taken the entry. Returns the entry's id and what the loop yielded.
  */
 async function abortRacingAnXadd(t, stream, consumerName, round) {
-  const controller = new AbortController();
-  const received = [];
-  const loop = (async () => {
-    for await (const envelope of t.get(controller.signal)) {
-      received.push(envelope);
-      await t.ack(envelope);
-    }
-  })();
+  const consumer = startAckingConsumer(t);
   await waitUntilBlocked(stream, consumerName, 100);
   const added = xaddMessage(stream, `race-${round}`);
   if (round % 3 === 1) await sleep(0);
   if (round % 3 === 2) await added;
-  controller.abort();
+  const stopped = consumer.stopOrThrow(); // aborts at once
   const id = await added;
-  await loop;
-  return { id, received };
+  await stopped;
+  return { id, received: consumer.received };
+}
+
+/** A transport on a fresh stream, and the ids of the messages `<prefix>-<i>` it sent one by one, i from `first` to `last`. */
+async function freshStreamWithSent(prefix, first, last) {
+  const stream = freshStream();
+  const t = transport({ stream });
+  const ids = [];
+  for (let i = first; i <= last; i += 1) ids.push(idOf(await t.send(envelopeOf(`${prefix}-${i}`))));
+  return { stream, t, ids };
+}
+
+/** freshStreamWithSent of `count` messages, all of them received by the same transport (asserted). */
+async function receivedOnFreshStream(count, prefix) {
+  const { stream, t } = await freshStreamWithSent(prefix, 0, count - 1);
+  const received = await receiveUpTo(t, count, 3000);
+  expect(received).toHaveLength(count);
+  return { stream, t, received };
 }
 
 /** Waits until the stream holds no entry and nothing is pending (acks are written behind). */
@@ -808,22 +828,14 @@ describe('ack and reject at the Redis level', () => {
   });
 
   it('close() writes the acks recorded before it', async () => {
-    const stream = freshStream();
-    const t = transport({ stream });
-    for (let i = 0; i < 20; i += 1) await t.send(envelopeOf(`c-${i}`));
-    const received = await receiveUpTo(t, 20, 3000);
-    expect(received).toHaveLength(20);
+    const { stream, t, received } = await receivedOnFreshStream(20, 'c');
     for (const e of received) await t.ack(e);
     await t.close();
     await expectDrained(stream, 0);
   });
 
   it('acks many in-flight messages at once (all gone from the stream and the pending list)', async () => {
-    const stream = freshStream();
-    const t = transport({ stream });
-    for (let i = 0; i < 50; i += 1) await t.send(envelopeOf(`m-${i}`));
-    const received = await receiveUpTo(t, 50, 3000);
-    expect(received).toHaveLength(50);
+    const { stream, t, received } = await receivedOnFreshStream(50, 'm');
     await Promise.all(received.map((e) => t.ack(e)));
     await expectDrained(stream);
   });
@@ -1176,10 +1188,7 @@ describe('stalled entries (XAUTOCLAIM)', () => {
   }, 15000);
 
   it('keeps entries buffered behind a slow handler claimed: another consumer does not take them over', async () => {
-    const stream = freshStream();
-    const sender = transport({ stream });
-    const ids = [];
-    for (let i = 1; i <= 6; i += 1) ids.push(idOf(await sender.send(envelopeOf(`k-${i}`))));
+    const { stream, ids } = await freshStreamWithSent('k', 1, 6);
     const a = transport({ stream, claimIdleMs: 300, consumer: 'slow-a' });
     const handledByA = [];
     const consumerA = startConsumer(a, async (envelope) => {
@@ -1208,10 +1217,7 @@ describe('stalled entries (XAUTOCLAIM)', () => {
   }, 10000);
 
   it('with handlers faster than claimIdleMs, nothing is ever taken over although the batch outlasts it', async () => {
-    const stream = freshStream();
-    const sender = transport({ stream });
-    const ids = [];
-    for (let i = 1; i <= 6; i += 1) ids.push(idOf(await sender.send(envelopeOf(`f-${i}`))));
+    const { stream, ids } = await freshStreamWithSent('f', 1, 6);
     const a = transport({ stream, claimIdleMs: 300 });
     const handledByA = [];
     const consumerA = startConsumer(a, async (envelope) => {
@@ -1254,9 +1260,7 @@ describe('blocking reads', () => {
   });
 
   it('abort of a consumer blocked in a read (pollIntervalMs 5000) ends get() within 500 ms without throwing', async () => {
-    const stream = freshStream();
-    const t = transport({ stream, consumer: 'to-abort', pollIntervalMs: 5000 });
-    const consumer = await startIdleConsumer(t, stream, 'to-abort');
+    const { t, consumer } = await blockedInARead('to-abort');
     const startedAt = Date.now();
     expect(await settleWithin(consumer.stop(), 2000)).toEqual({ value: undefined });
     expect(Date.now() - startedAt).toBeLessThan(500);
@@ -1268,9 +1272,7 @@ describe('blocking reads', () => {
   });
 
   it('close() of a consumer blocked in a read (pollIntervalMs 5000) ends get() and resolves within 500 ms', async () => {
-    const stream = freshStream();
-    const t = transport({ stream, consumer: 'to-close', pollIntervalMs: 5000 });
-    const consumer = await startIdleConsumer(t, stream, 'to-close');
+    const { stream, t, consumer } = await blockedInARead('to-close');
     const startedAt = Date.now();
     expect(await settleWithin(t.close(), 2000)).toEqual({ value: undefined });
     expect(await settleWithin(consumer.done, 2000)).toEqual({ value: undefined });
@@ -1279,9 +1281,8 @@ describe('blocking reads', () => {
   });
 
   it('never loses a message that arrives while a blocking read is abandoned: the next get() of the same instance delivers it', async () => {
-    const stream = freshStream();
-    const t = transport({ stream, consumer: 'abandoner', pollIntervalMs: 5000 });
-    await startIdleConsumer(t, stream, 'abandoner').then((c) => c.stop());
+    const { stream, t, consumer } = await blockedInARead('abandoner');
+    await consumer.stop();
     const outcomes = [];
     for (let round = 0; round < 12; round += 1) {
       const { id, received } = await abortRacingAnXadd(t, stream, 'abandoner', round);
@@ -1300,9 +1301,8 @@ describe('blocking reads', () => {
   }, 20000);
 
   it('hands an entry that an aborted blocking read took straight back: another consumer gets it at once, not after claimIdleMs', async () => {
-    const stream = freshStream();
-    const t = transport({ stream, consumer: 'aborter', pollIntervalMs: 5000, claimIdleMs: 30000 });
-    await startIdleConsumer(t, stream, 'aborter').then((c) => c.stop());
+    const { stream, t, consumer } = await blockedInARead('aborter', { claimIdleMs: 30000 });
+    await consumer.stop();
     for (let round = 0; round < 12; round += 1) {
       const { id, received } = await abortRacingAnXadd(t, stream, 'aborter', round);
       if (received.length === 0) {

@@ -12,7 +12,7 @@ const net = require('node:net');
 const { TransportConnectionError, TransportError } = require('@schally/nestjs-messenger');
 const { uniqueName } = require('../support/engines');
 const { closedPort } = require('../support/ports');
-const { runChild, killedBy } = require('../support/child');
+const { runChild, killedBy, expectCleanExit } = require('../support/child');
 const { sqlTable } = require('../support/sql-table');
 const {
   TestMessage,
@@ -465,9 +465,7 @@ function processExit(engine, unreachableDsn) {
       `,
         dsn === undefined ? {} : { DSN: dsn },
       );
-      expect(killedBy(result)).toBeNull();
-      expect(result.stderr).toBe('');
-      expect(result.status).toBe(0);
+      expectCleanExit(result);
       expect(result.stdout).toContain('acked child');
       expect(result.stdout).toContain('closed');
       expect(result.stdout.split('\n')).toEqual(['acked child', 'closed', '']);
@@ -490,9 +488,7 @@ function processExit(engine, unreachableDsn) {
           console.log('closed');
         })().catch((error) => { console.error('FAILED', error); process.exitCode = 2; });
       `);
-      expect(killedBy(result)).toBeNull();
-      expect(result.stderr).toBe('');
-      expect(result.status).toBe(0);
+      expectCleanExit(result);
       expect(result.stdout.split('\n')).toEqual(['idle', 'consumer ended', 'closed', '']);
       expect(result.elapsedMs).toBeLessThan(5000);
     }, 15000);
@@ -510,9 +506,7 @@ function processExit(engine, unreachableDsn) {
         `,
           { DSN: unreachableDsn() },
         );
-        expect(killedBy(result)).toBeNull();
-        expect(result.stderr).toBe('');
-        expect(result.status).toBe(0);
+        expectCleanExit(result);
         expect(result.stdout.split('\n')).toEqual(['TransportConnectionError', 'closed', '']);
         expect(result.elapsedMs).toBeLessThan(8000);
       }, 15000);
@@ -539,9 +533,7 @@ function processExit(engine, unreachableDsn) {
           if (code !== 0) process.exitCode = 4;
         });
       `);
-      expect(killedBy(result)).toBeNull();
-      expect(result.stderr).toBe('');
-      expect(result.status).toBe(0);
+      expectCleanExit(result);
       expect(result.stdout.split('\n')).toEqual(['worker: acked child', 'worker: closed', 'worker exit 0', '']);
       expect(result.elapsedMs).toBeLessThan(5000);
       expect(await db.count(TABLE, result.queueName)).toBe(0);

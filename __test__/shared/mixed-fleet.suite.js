@@ -23,17 +23,8 @@ const { SqlTransport: NativeSqlTransport } = require('../..');
 const { uniqueName } = require('../support/engines');
 const { CORE, runChild } = require('../support/child');
 const { everyStamp } = require('../support/every-stamp');
-const {
-  FleetMessage,
-  fleetSerializer,
-  sleep,
-  idOf,
-  sendableStamps,
-  outgoing,
-  waitFor,
-  drain,
-  fleetHarness,
-} = require('../support/fleet');
+const { FleetMessage, fleetSerializer, idOf, sendableStamps, outgoing, fleetHarness } = require('../support/fleet');
+const { sleep, waitFor, collect } = require('../support/transport-helpers');
 
 const TABLE = 'messenger_messages';
 const DECIMAL_ID = /^\d+$/;
@@ -235,7 +226,7 @@ function mixedFleetSuite(engine) {
           // Not due yet: nobody counts it, both sides list it.
           expect(await receiver.getMessageCount()).toBe(0);
           expect(await sender.getMessageCount()).toBe(0);
-          expect((await drain(receiver.list())).map(idOf)).toEqual([idOf(sent)]);
+          expect((await collect(receiver.list())).map(idOf)).toEqual([idOf(sent)]);
           expect(await fleet.storedDelays(db, transports.queueName)).toEqual([{ id: idOf(sent), delayMs: 300 }]);
 
           await waitFor(() => consumer.received.length > 0, 300 + 1500, 'the delayed message');
@@ -278,8 +269,8 @@ function mixedFleetSuite(engine) {
       expect(rows).toHaveLength(1);
       expect(rows[0].id).not.toBe(idOf(sent));
       expect(rows[0].delivered_at).toBeNull();
-      expect((await drain(other.list())).map(idOf)).toEqual([rows[0].id]);
-      expect((await drain(rejecter.list())).map(idOf)).toEqual([rows[0].id]);
+      expect((await collect(other.list())).map(idOf)).toEqual([rows[0].id]);
+      expect((await collect(rejecter.list())).map(idOf)).toEqual([rows[0].id]);
 
       const [copy] = await receive(other, 1);
       expect(copy).toBeDefined();
@@ -387,13 +378,13 @@ function mixedFleetSuite(engine) {
       const ids = sent.map(idOf);
 
       for (const side of [transports.up, transports.ours]) {
-        const listed = await drain(side.list());
+        const listed = await collect(side.list());
         expect(listed.map(idOf)).toEqual(ids);
         listed.forEach((envelope, i) => {
           expectSameMessage(envelope, envelopes[i], { id: ids[i] });
           expect(sendableStamps(envelope)).toEqual(sendableStamps(envelopes[i]));
         });
-        expect((await drain(side.list(2))).map(idOf)).toEqual(ids.slice(0, 2));
+        expect((await collect(side.list(2))).map(idOf)).toEqual(ids.slice(0, 2));
 
         for (const [i, id] of ids.entries()) {
           const found = await side.find(id);
@@ -412,9 +403,9 @@ function mixedFleetSuite(engine) {
       expect(idOf(claimed)).toBe(ids[0]);
       expect(await transports.up.getMessageCount()).toBe(2);
       expect(await transports.ours.getMessageCount()).toBe(2);
-      expect((await drain(transports.ours.list())).map(idOf)).toEqual(ids);
+      expect((await collect(transports.ours.list())).map(idOf)).toEqual(ids);
       await ack(transports.up, claimed);
-      expect((await drain(transports.ours.list())).map(idOf)).toEqual(ids.slice(1));
+      expect((await collect(transports.ours.list())).map(idOf)).toEqual(ids.slice(1));
       expect(await transports.ours.find(ids[0])).toBeUndefined();
 
       // The native side claims in batches; once its get() loop has ended, what it prefetched
@@ -443,8 +434,8 @@ function mixedFleetSuite(engine) {
         idOf(await transports.ours.send(outgoing(1, 'by native', ...stamped))),
       ];
 
-      const upstreamListed = await drain(upstreamAsNative.list());
-      const nativeListed = await drain(transports.ours.list());
+      const upstreamListed = await collect(upstreamAsNative.list());
+      const nativeListed = await collect(transports.ours.list());
       expect(nativeListed.map(idOf)).toEqual(ids);
       expect(nativeListed.map(everyStamp)).toEqual(upstreamListed.map(everyStamp));
       for (const [i, id] of ids.entries()) {
@@ -482,7 +473,7 @@ function mixedFleetSuite(engine) {
 
       await expectRowsEventually(transports.queueName, [idOf(keep)], (rows) => rows.map((r) => r.id));
       expect(await transports[d.sender].find(idOf(sent))).toBeUndefined();
-      expect((await drain(transports[d.sender].list())).map(idOf)).toEqual([idOf(keep)]);
+      expect((await collect(transports[d.sender].list())).map(idOf)).toEqual([idOf(keep)]);
       // Idempotent: a second ack is a no-op and leaves the other row alone.
       await finder.ack(found);
       await expectRowsEventually(transports.queueName, [idOf(keep)], (rows) => rows.map((r) => r.id));
@@ -558,6 +549,17 @@ function mixedFleetSuite(engine) {
     expect(deliveries.filter((d) => d.by === 'native').length).toBeGreaterThan(0);
   }
 
+  /** Once `run` (consumeBoth) is done: each of `sentIds` delivered once, nothing left on either side. */
+  async function expectAllConsumedOnce(transports, run, sentIds, total) {
+    await run.done;
+    expect(run.errors).toEqual([]);
+    expectExactlyOnce(run.deliveries, sentIds, total);
+
+    await expectRowsEventually(transports.queueName, []);
+    expect(await transports.up.getMessageCount()).toBe(0);
+    expect(await transports.ours.getMessageCount()).toBe(0);
+  }
+
   describe(`both implementations consuming one ${fleet.queueWord} at once`, () => {
     test('300 messages sent half by each are delivered exactly once across both consumers', async () => {
       const transports = pair('mf_both');
@@ -571,13 +573,7 @@ function mixedFleetSuite(engine) {
       expect(await transports.ours.getMessageCount()).toBe(total);
 
       const run = consumeBoth(transports, total);
-      await run.done;
-      expect(run.errors).toEqual([]);
-      expectExactlyOnce(run.deliveries, sentIds, total);
-
-      await expectRowsEventually(transports.queueName, []);
-      expect(await transports.up.getMessageCount()).toBe(0);
-      expect(await transports.ours.getMessageCount()).toBe(0);
+      await expectAllConsumedOnce(transports, run, sentIds, total);
     }, 45000);
 
     test('sends by both sides continue while both consume: still exactly once, nothing left', async () => {
@@ -595,13 +591,7 @@ function mixedFleetSuite(engine) {
         await sleep(round % 3 === 0 ? 80 : 5); // sometimes let both consumers go idle
       }
       expect(new Set(sentIds).size).toBe(total);
-      await run.done;
-      expect(run.errors).toEqual([]);
-      expectExactlyOnce(run.deliveries, sentIds, total);
-
-      await expectRowsEventually(transports.queueName, []);
-      expect(await transports.up.getMessageCount()).toBe(0);
-      expect(await transports.ours.getMessageCount()).toBe(0);
+      await expectAllConsumedOnce(transports, run, sentIds, total);
     }, 45000);
   });
 

@@ -43,78 +43,94 @@ async function drain(transport, count, { midway } = {}) {
   return ids;
 }
 
-describe.each([
-  ['PostgreSQL', postgres],
-  ['MariaDB', mysql],
-])('connections of a draining consumer on %s', (_label, engine) => {
-  let proxy;
-  let target;
-  let consumer;
+/**
+ * Per test of a describe on `engine`: a proxy in front of the server, a target of its own
+ * (named after `prefix`; `prepare(target)` fills it first) and `transport`, a transport on it
+ * through the proxy; after the test the transport is closed, then the proxy, and the target
+ * removed. `open(options)` makes another transport through the proxy.
+ */
+function behindProxy(engine, prefix, prepare = async () => {}) {
+  const ctx = {
+    proxy: undefined,
+    target: undefined,
+    transport: undefined,
+    open: (options = {}) =>
+      new SqlTransport({ dsn: viaServerProxy(engine.dsn, ctx.proxy), ...ctx.target, serializer: serializer(), ...options }),
+  };
 
   beforeAll(async () => {
     await engine.requireServer?.();
   });
 
   beforeEach(async () => {
-    proxy = await startProxy({ targetPort: Number(new URL(engine.dsn).port) });
-    target = engine.target('kept');
+    ctx.proxy = await startProxy({ targetPort: Number(new URL(engine.dsn).port) });
+    ctx.target = engine.target(prefix);
+    await prepare(ctx.target);
+    ctx.transport = ctx.open();
+  }, 60_000);
+
+  afterEach(async () => {
+    await ctx.transport?.close().catch(() => {});
+    await ctx.proxy.close();
+    await engine.removeTarget(ctx.target);
+  });
+
+  return ctx;
+}
+
+describe.each([
+  ['PostgreSQL', postgres],
+  ['MariaDB', mysql],
+])('connections of a draining consumer on %s', (_label, engine) => {
+  // The consumer's queue is filled directly (not through the proxy) before each test.
+  const kept = behindProxy(engine, 'kept', async (target) => {
     const producer = new SqlTransport({ dsn: engine.dsn, ...target, serializer: serializer() });
     try {
       await fill(producer, MESSAGES);
     } finally {
       await producer.close();
     }
-    consumer = new SqlTransport({ dsn: viaServerProxy(engine.dsn, proxy), ...target, serializer: serializer() });
-  }, 60_000);
-
-  afterEach(async () => {
-    await consumer?.close().catch(() => {});
-    await proxy.close();
-    await engine.removeTarget(target);
   });
 
   it('claims over one connection and acks over another: two connections for 3,000 messages', async () => {
-    const ids = await drain(consumer, MESSAGES);
-    await consumer.close();
+    const ids = await drain(kept.transport, MESSAGES);
+    await kept.transport.close();
     expect(new Set(ids).size).toBe(MESSAGES);
-    expect(proxy.accepted).toBeLessThanOrEqual(2);
+    expect(kept.proxy.accepted).toBeLessThanOrEqual(2);
   }, 60_000);
 
   it('close() right after a drain does not wait for the kept connections, and closes them', async () => {
-    await drain(consumer, MESSAGES);
+    await drain(kept.transport, MESSAGES);
     const started = Date.now();
-    await consumer.close();
+    await kept.transport.close();
     const closeMs = Date.now() - started;
     // A kept connection left out of the pool's close would hold close() for its keep time.
     expect(closeMs).toBeLessThan(KEEP_FOR_MS * 0.8);
-    await pollUntil(() => proxy.connections === 0, { timeoutMs: 500 });
-    expect(proxy.connections).toBe(0);
+    await pollUntil(() => kept.proxy.connections === 0, { timeoutMs: 500 });
+    expect(kept.proxy.connections).toBe(0);
   }, 60_000);
 
   it('kept connections the server dropped are replaced: every message once, no outage reported', async () => {
     const events = [];
-    await consumer.close();
-    consumer = new SqlTransport({
-      dsn: viaServerProxy(engine.dsn, proxy),
-      ...target,
-      serializer: serializer(),
+    await kept.transport.close();
+    kept.transport = kept.open({
       logger: { log: (m) => events.push(m), warn: (m) => events.push(m), error: (m) => events.push(m) },
     });
     let connectionsAtCut = 0;
-    const ids = await drain(consumer, MESSAGES, {
+    const ids = await drain(kept.transport, MESSAGES, {
       midway: () => {
-        connectionsAtCut = proxy.connections;
-        proxy.cut();
+        connectionsAtCut = kept.proxy.connections;
+        kept.proxy.cut();
       },
     });
-    const stats = consumer.stats();
-    await consumer.close();
+    const stats = kept.transport.stats();
+    await kept.transport.close();
     expect(connectionsAtCut).toBeGreaterThan(0);
-    expect(proxy.accepted).toBeGreaterThan(connectionsAtCut);
+    expect(kept.proxy.accepted).toBeGreaterThan(connectionsAtCut);
     expect(new Set(ids).size).toBe(MESSAGES);
     expect(stats.reconnects).toBe(0);
     expect(events).toEqual([]);
-    expect(await freshCount(engine, target)).toBe(0);
+    expect(await freshCount(engine, kept.target)).toBe(0);
   }, 60_000);
 });
 
@@ -122,41 +138,23 @@ describe.each([
   ['PostgreSQL', postgres],
   ['MariaDB', mysql],
 ])('connections of a sender on %s', (_label, engine) => {
-  let proxy;
-  let target;
-  let sender;
-
-  beforeAll(async () => {
-    await engine.requireServer?.();
-  });
-
-  beforeEach(async () => {
-    proxy = await startProxy({ targetPort: Number(new URL(engine.dsn).port) });
-    target = engine.target('kept-send');
-    sender = new SqlTransport({ dsn: viaServerProxy(engine.dsn, proxy), ...target, serializer: serializer() });
-  });
-
-  afterEach(async () => {
-    await sender?.close().catch(() => {});
-    await proxy.close();
-    await engine.removeTarget(target);
-  });
+  const kept = behindProxy(engine, 'kept-send');
 
   it('sends 100 in flight and then one by one over one connection', async () => {
-    await fill(sender, MESSAGES);
-    for (let i = 0; i < 200; i += 1) await sender.send(envelopeOf(`one-by-one-${i}`));
-    await sender.close();
-    expect(proxy.accepted).toBe(1);
-    expect(await freshCount(engine, target)).toBe(MESSAGES + 200);
+    await fill(kept.transport, MESSAGES);
+    for (let i = 0; i < 200; i += 1) await kept.transport.send(envelopeOf(`one-by-one-${i}`));
+    await kept.transport.close();
+    expect(kept.proxy.accepted).toBe(1);
+    expect(await freshCount(engine, kept.target)).toBe(MESSAGES + 200);
   }, 60_000);
 
   it('close() right after a send does not wait for the kept connection, and closes it', async () => {
-    await fill(sender, 300);
+    await fill(kept.transport, 300);
     const started = Date.now();
-    await sender.close();
+    await kept.transport.close();
     expect(Date.now() - started).toBeLessThan(KEEP_FOR_MS * 0.8);
-    await pollUntil(() => proxy.connections === 0, { timeoutMs: 500 });
-    expect(proxy.connections).toBe(0);
+    await pollUntil(() => kept.proxy.connections === 0, { timeoutMs: 500 });
+    expect(kept.proxy.connections).toBe(0);
   }, 60_000);
 });
 

@@ -7,7 +7,8 @@
 
 const { DelayStamp, Envelope } = require('@schally/nestjs-messenger');
 const { mysql, uniqueName } = require('../support/engines');
-const { FleetMessage, fleetSerializer, sleep, idOf, outgoing, waitFor } = require('../support/fleet');
+const { FleetMessage, fleetSerializer, idOf, outgoing } = require('../support/fleet');
+const { sleep, waitFor } = require('../support/transport-helpers');
 const { mixedFleetSuite } = require('../shared/mixed-fleet.suite');
 
 const {

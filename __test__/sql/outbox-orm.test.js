@@ -6,7 +6,8 @@
 // are in outbox.test.js.
 
 const { postgres, mysql, uniqueName } = require('../support/engines');
-const { closeAll, envelopeOf, receiveUpTo, serializer } = require('../support/transport-helpers');
+const { closeAll, envelopeOf, receiveUpTo } = require('../support/transport-helpers');
+const { outboxTableReady, outboxTransport } = require('../support/outbox');
 
 const BUSINESS_FAILURE = 'the business write failed';
 
@@ -63,10 +64,7 @@ describe.each(orms)('outbox through $name', ({ engine, open }) => {
   let orm;
 
   beforeAll(async () => {
-    await engine.requireServer();
-    const t = new engine.Transport({ dsn: engine.dsn });
-    await t.setup();
-    await t.close();
+    await outboxTableReady(engine);
     orm = await open(engine.dsn);
   }, 20000);
 
@@ -76,9 +74,7 @@ describe.each(orms)('outbox through $name', ({ engine, open }) => {
   });
 
   it('inside the ORM transaction: a commit delivers once, a rollback never', async () => {
-    const queueName = uniqueName('oborm');
-    const transport = new engine.Transport({ dsn: engine.dsn, queueName, serializer: serializer(), pollIntervalMs: 50 });
-    transports.push(transport);
+    const transport = outboxTransport(engine, transports, { queueName: uniqueName('oborm') });
     const statementOf = (envelope) => transport.outboxStatement(envelope, { placeholders: orm.placeholders });
 
     await orm.transaction((query) => query(statementOf(envelopeOf('committed'))));

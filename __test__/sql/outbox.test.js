@@ -22,6 +22,7 @@ const {
   sleep,
   startAckingConsumer,
 } = require('../support/transport-helpers');
+const { outboxTableReady, outboxTransport } = require('../support/outbox');
 
 /** The app's side: a driver connection that can run a statement in a transaction. */
 const drivers = [
@@ -108,18 +109,11 @@ describe.each(drivers)('outbox with $name', ({ name, engine, connect }) => {
   let dsn;
   let app;
 
-  const open = (options = {}) => {
-    const t = new engine.Transport({ dsn, serializer: serializer(), pollIntervalMs: 50, ...options });
-    transports.push(t);
-    return t;
-  };
+  const open = (options = {}) => outboxTransport(engine, transports, options, dsn);
 
   beforeAll(async () => {
-    await engine.requireServer();
     dsn = engine.runDsn();
-    const t = new engine.Transport({ dsn });
-    await t.setup();
-    await t.close();
+    await outboxTableReady(engine, dsn);
     app = await connect(dsn);
   });
 
@@ -255,10 +249,7 @@ describe.each([
   let knex;
 
   beforeAll(async () => {
-    await engine.requireServer();
-    const t = new engine.Transport({ dsn: engine.dsn });
-    await t.setup();
-    await t.close();
+    await outboxTableReady(engine);
     knex = require('knex')({ client, connection: engine.dsn.replace(/^mariadb:/, 'mysql:'), pool: { min: 0, max: 2 } });
   });
 
@@ -268,9 +259,7 @@ describe.each([
   });
 
   it('trx.raw inside knex.transaction: a commit delivers, a rollback does not', async () => {
-    const queueName = uniqueName('obk');
-    const transport = new engine.Transport({ dsn: engine.dsn, queueName, serializer: serializer(), pollIntervalMs: 50 });
-    transports.push(transport);
+    const transport = outboxTransport(engine, transports, { queueName: uniqueName('obk') });
 
     const statement = transport.outboxStatement(envelopeOf('via-knex'), { placeholders: '?' });
     expect(statement.text).not.toMatch(/\$\d/);

@@ -60,6 +60,33 @@ async function peeked(app) {
   return rows.length > 0;
 }
 
+/**
+ * An idle consumer on a queue of its own (an application_name of its own, `options` on top of
+ * getNotifyTimeoutMs 60 s), LISTENing (asserted) once this resolves, and a sender for the queue
+ * on another DSN (another pool). `pid` is the LISTEN backend's.
+ */
+async function listeningConsumer(options) {
+  const consumerApp = uniqueName('nmn_app');
+  const queueName = queue();
+  const t = transport({ app: consumerApp, queueName, getNotifyTimeoutMs: 60000, ...options });
+  const sender = transport({ scheme: 'postgresql', queueName });
+  const consumer = startConsumer(t);
+  const pid = await pollUntil(() => listenerPid(consumerApp), { timeoutMs: 5000 });
+  expect(pid).toBeDefined();
+  return { consumerApp, sender, consumer, pid };
+}
+
+/** The pid of a LISTEN backend of `app` other than `pid`, once there is one (10 s at most). */
+function newListenerPid(app, pid, intervalMs) {
+  return pollUntil(
+    async () => {
+      const current = await listenerPid(app);
+      return current !== undefined && current !== pid ? current : undefined;
+    },
+    { timeoutMs: 10000, intervalMs },
+  );
+}
+
 describe('idle wait bounded by the next available_at', () => {
   it.each([
     ['with LISTEN (useNotify: true)', { useNotify: true, getNotifyTimeoutMs: 60000 }],
@@ -88,12 +115,7 @@ describe('idle wait bounded by the next available_at', () => {
 
 describe('NOTIFY wake-ups', () => {
   it('wakes an idle consumer through NOTIFY for a message sent on another DSN (another pool)', async () => {
-    const consumerApp = uniqueName('nmn_app');
-    const queueName = queue();
-    const t = transport({ app: consumerApp, queueName, pollIntervalMs: 60000, getNotifyTimeoutMs: 60000 });
-    const sender = transport({ scheme: 'postgresql', queueName });
-    const consumer = startConsumer(t);
-    expect(await pollUntil(() => listenerPid(consumerApp), { timeoutMs: 5000 })).toBeDefined();
+    const { consumerApp, sender, consumer } = await listeningConsumer({ pollIntervalMs: 60000 });
     await pollUntil(() => peeked(consumerApp), { timeoutMs: 2000 });
 
     const sentAt = Date.now();
@@ -107,14 +129,8 @@ describe('NOTIFY wake-ups', () => {
   }, 10000);
 
   it('delivers nothing to a consumer for notifications of other queues of the same table', async () => {
-    const consumerApp = uniqueName('nmn_app');
-    const mine = queue();
-    const theirs = queue();
-    const t = transport({ app: consumerApp, queueName: mine, pollIntervalMs: 60000, getNotifyTimeoutMs: 60000 });
-    const otherSender = transport({ scheme: 'postgresql', queueName: theirs });
-    const mySender = transport({ scheme: 'postgresql', queueName: mine });
-    const consumer = startConsumer(t);
-    expect(await pollUntil(() => listenerPid(consumerApp), { timeoutMs: 5000 })).toBeDefined();
+    const { sender: mySender, consumer } = await listeningConsumer({ pollIntervalMs: 60000 });
+    const otherSender = transport({ scheme: 'postgresql', queueName: queue() });
 
     const foreign = await otherSender.send(envelopeOf('not-for-you'));
     // Nothing arrives for the other queue's notification (deadline, not a sleep: any
@@ -164,13 +180,7 @@ describe('NOTIFY wake-ups', () => {
 
 describe('connection loss', () => {
   it('falls back to polling when the LISTEN connection dies, then LISTENs again', async () => {
-    const consumerApp = uniqueName('nmn_app');
-    const queueName = queue();
-    const t = transport({ app: consumerApp, queueName, pollIntervalMs: 200, getNotifyTimeoutMs: 60000 });
-    const sender = transport({ scheme: 'postgresql', queueName });
-    const consumer = startConsumer(t);
-    const pid = await pollUntil(() => listenerPid(consumerApp), { timeoutMs: 5000 });
-    expect(pid).toBeDefined();
+    const { consumerApp, sender, consumer, pid } = await listeningConsumer({ pollIntervalMs: 200 });
 
     const rows = await db.query('SELECT pg_terminate_backend($1) AS terminated', [pid]);
     expect(rows[0].terminated).toBe(true);
@@ -180,33 +190,15 @@ describe('connection loss', () => {
     const { elapsed } = await expectArrival(consumer, sent, sentAt, 4000);
     expect(elapsed).toBeLessThan(2000);
 
-    const newPid = await pollUntil(
-      async () => {
-        const current = await listenerPid(consumerApp);
-        return current !== undefined && current !== pid ? current : undefined;
-      },
-      { timeoutMs: 10000, intervalMs: 100 },
-    );
+    const newPid = await newListenerPid(consumerApp, pid, 100);
     expect(newPid).toBeDefined();
   }, 20000);
 
   it('is woken through NOTIFY again once the LISTEN connection is re-established', async () => {
-    const consumerApp = uniqueName('nmn_app');
-    const queueName = queue();
-    const t = transport({ app: consumerApp, queueName, pollIntervalMs: 60000, getNotifyTimeoutMs: 60000 });
-    const sender = transport({ scheme: 'postgresql', queueName });
-    const consumer = startConsumer(t);
-    const pid = await pollUntil(() => listenerPid(consumerApp), { timeoutMs: 5000 });
-    expect(pid).toBeDefined();
+    const { consumerApp, sender, consumer, pid } = await listeningConsumer({ pollIntervalMs: 60000 });
 
     await db.query('SELECT pg_terminate_backend($1)', [pid]);
-    const newPid = await pollUntil(
-      async () => {
-        const current = await listenerPid(consumerApp);
-        return current !== undefined && current !== pid ? current : undefined;
-      },
-      { timeoutMs: 10000, intervalMs: 50 },
-    );
+    const newPid = await newListenerPid(consumerApp, pid, 50);
     expect(newPid).toBeDefined();
 
     const sentAt = Date.now();

@@ -6,7 +6,8 @@
 
 const { RedeliveryStamp } = require('@schally/nestjs-messenger');
 const { postgres } = require('../support/engines');
-const { idOf, outgoing, waitFor } = require('../support/fleet');
+const { idOf, outgoing } = require('../support/fleet');
+const { waitFor } = require('../support/transport-helpers');
 const { mixedFleetSuite } = require('../shared/mixed-fleet.suite');
 
 const {
@@ -27,61 +28,66 @@ describe('idle consumers wake on the other implementation’s NOTIFY', () => {
   // timeout both 60 s, and nothing is scheduled), so arrival within 1 s proves the wake-up.
   const WAKE_DEADLINE_MS = 1000;
 
-  test('idle upstream consumer (useNotify default) wakes on a native send', async () => {
-    const transports = pair('mf_wake_up', { upstreamOptions: { pollIntervalMs: 60000 } });
-    await transports.ours.getMessageCount(); // warm the native side so the send is one statement
-    const consumer = await startIdleConsumer(transports.up, 'upstream');
+  /** Per idle side: its transport in a pair, the other side's, its option key, its receiver name. */
+  const SIDES = {
+    upstream: { idler: 'up', other: 'ours', options: 'upstreamOptions', receiverName: UPSTREAM_NAME },
+    native: { idler: 'ours', other: 'up', options: 'nativeOptions', receiverName: NATIVE_NAME },
+  };
+
+  /** A pair whose `idle` side polls every 60 s, so only a NOTIFY wakes it in time. */
+  function idlePair(idle, prefix) {
+    const side = SIDES[idle];
+    const transports = pair(prefix, { [side.options]: { pollIntervalMs: 60000 } });
+    return { idler: transports[side.idler], other: transports[side.other], receiverName: side.receiverName };
+  }
+
+  /** The first delivery to `consumer`, asserted to come within WAKE_DEADLINE_MS of `since`. */
+  async function firstWakeUp(consumer, idle, since) {
+    await waitFor(() => consumer.received.length > 0, WAKE_DEADLINE_MS, `the ${idle} consumer to wake`);
+    const [{ envelope, at }] = consumer.received;
+    expect(at - since).toBeLessThan(WAKE_DEADLINE_MS);
+    return envelope;
+  }
+
+  test.each([
+    ['idle upstream consumer (useNotify default) wakes on a native send', 'upstream', 'mf_wake_up', 1],
+    ['idle native consumer (pollIntervalMs 60000) wakes on an upstream send', 'native', 'mf_wake_native', 2],
+  ])('%s', async (_title, idle, prefix, n) => {
+    const { idler, other, receiverName } = idlePair(idle, prefix);
+    await other.getMessageCount(); // warm the sending side so the send is one statement
+    const consumer = await startIdleConsumer(idler, idle);
     try {
-      const envelope = outgoing(1, 'wake up, upstream');
+      const envelope = outgoing(n, `wake up, ${idle}`);
       const sentAt = Date.now();
-      const sent = await transports.ours.send(envelope);
-      await waitFor(() => consumer.received.length > 0, WAKE_DEADLINE_MS, 'the upstream consumer to wake');
-      const [{ envelope: received, at }] = consumer.received;
-      expect(at - sentAt).toBeLessThan(WAKE_DEADLINE_MS);
-      expectSameMessage(received, envelope, { id: idOf(sent), receiverName: UPSTREAM_NAME });
-      await ack(transports.up, received);
+      const sent = await other.send(envelope);
+      const received = await firstWakeUp(consumer, idle, sentAt);
+      expectSameMessage(received, envelope, { id: idOf(sent), receiverName });
+      await ack(idler, received);
     } finally {
       await consumer.stop();
     }
   }, 15000);
 
-  test('idle native consumer (pollIntervalMs 60000) wakes on an upstream send', async () => {
-    const transports = pair('mf_wake_native', { nativeOptions: { pollIntervalMs: 60000 } });
-    await transports.up.getMessageCount();
-    const consumer = await startIdleConsumer(transports.ours, 'native');
-    try {
-      const envelope = outgoing(2, 'wake up, native');
-      const sentAt = Date.now();
-      const sent = await transports.up.send(envelope);
-      await waitFor(() => consumer.received.length > 0, WAKE_DEADLINE_MS, 'the native consumer to wake');
-      const [{ envelope: received, at }] = consumer.received;
-      expect(at - sentAt).toBeLessThan(WAKE_DEADLINE_MS);
-      expectSameMessage(received, envelope, { id: idOf(sent), receiverName: NATIVE_NAME });
-      await ack(transports.ours, received);
-    } finally {
-      await consumer.stop();
-    }
-  }, 15000);
-
-  test('idle upstream consumer wakes on a native reject copy', async () => {
-    const transports = pair('mf_wake_up_rej', { upstreamOptions: { pollIntervalMs: 60000 } });
-    const envelope = outgoing(3, 'rejected by native');
-    const sent = await transports.ours.send(envelope);
-    const [held] = await receive(transports.ours, 1);
+  test.each([
+    ['idle upstream consumer wakes on a native reject copy', 'upstream', 'mf_wake_up_rej', 3, 'rejected by native'],
+    ['idle native consumer wakes on an upstream reject copy', 'native', 'mf_wake_native_rej', 4, 'rejected by upstream'],
+  ])('%s', async (_title, idle, prefix, n, text) => {
+    const { idler, other, receiverName } = idlePair(idle, prefix);
+    const envelope = outgoing(n, text);
+    const sent = await other.send(envelope);
+    const [held] = await receive(other, 1);
     expect(idOf(held)).toBe(idOf(sent));
 
-    // The only row is in flight: the upstream consumer finds nothing and nothing scheduled.
-    const consumer = await startIdleConsumer(transports.up, 'upstream');
+    // The only row is in flight: the idle consumer finds nothing and nothing scheduled.
+    const consumer = await startIdleConsumer(idler, idle);
     try {
       const rejectedAt = Date.now();
-      await reject(transports.ours, held);
-      await waitFor(() => consumer.received.length > 0, WAKE_DEADLINE_MS, 'the upstream consumer to wake');
-      const [{ envelope: copy, at }] = consumer.received;
-      expect(at - rejectedAt).toBeLessThan(WAKE_DEADLINE_MS);
-      expectSameMessage(copy, envelope, { receiverName: UPSTREAM_NAME });
+      await reject(other, held);
+      const copy = await firstWakeUp(consumer, idle, rejectedAt);
+      expectSameMessage(copy, envelope, { receiverName });
       expect(idOf(copy)).not.toBe(idOf(sent));
       expect(copy.last(RedeliveryStamp)?.retryCount).toBe(1);
-      await ack(transports.up, copy);
+      await ack(idler, copy);
     } finally {
       await consumer.stop();
     }

@@ -12,7 +12,8 @@ const { ErrorDetailsStamp, RedeliveryStamp } = require('@schally/nestjs-messenge
 const { SqlTransport: UpstreamSqlTransport } = require('@schally/nestjs-messenger-transport-sql');
 const { SqlTransport } = require('../..');
 const { sqlite, uniqueName } = require('../support/engines');
-const { fleetSerializer, idOf, outgoing, drain } = require('../support/fleet');
+const { fleetSerializer, idOf, outgoing } = require('../support/fleet');
+const { collect } = require('../support/transport-helpers');
 const { everyStamp } = require('../support/every-stamp');
 
 const TABLE = 'messenger_messages';
@@ -46,7 +47,7 @@ test('list(), find() and get() yield every stamp upstream’s decode gives the s
   expect(rows.map((row) => row.id)).toEqual(ids);
   const expected = rows.map((row) => everyStamp(upstreamDecode({ id: row.id, body: row.body, headers: row.headers })));
 
-  expect((await drain(transport.list())).map(everyStamp)).toEqual(expected);
+  expect((await collect(transport.list())).map(everyStamp)).toEqual(expected);
   for (const [i, id] of ids.entries()) {
     const found = await transport.find(id);
     expect(everyStamp(found)).toEqual(expected[i]);

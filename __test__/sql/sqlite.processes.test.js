@@ -9,15 +9,14 @@
 const fs = require('node:fs');
 const path = require('node:path');
 const { fork } = require('node:child_process');
-const { DelayStamp, TransportMessageIdStamp } = require('@schally/nestjs-messenger');
+const { DelayStamp } = require('@schally/nestjs-messenger');
 const { SqlTransport } = require('../..');
 const { sqlite, uniqueName } = require('../support/engines');
 const { processEnvelope, processMessageSerializer } = require('../support/sqlite-consumer');
+const { idOf, sleep, waitFor, collect } = require('../support/transport-helpers');
 
 const CONSUMER_SCRIPT = path.join(__dirname, '..', 'support', 'sqlite-consumer.js');
 const DECIMAL_ID = /^\d+$/;
-
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 // ---------------------------------------------------------------------------
 // Per-test resources
@@ -61,10 +60,6 @@ function parentTransport({ dsn, queueName }, options = {}) {
   });
   transports.push(transport);
   return transport;
-}
-
-function idOf(envelope) {
-  return String(envelope.last(TransportMessageIdStamp).id);
 }
 
 /**
@@ -162,15 +157,6 @@ async function expectFrom(consumer, promise, ms, what) {
   }
 }
 
-async function waitFor(predicate, timeoutMs, what) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await predicate()) return;
-    if (Date.now() > deadline) throw new Error(`Timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(20);
-  }
-}
-
 /** Sends messages n in [from, from + count), every fourth delayed 100–300 ms; returns id → n. */
 async function sendRange(transport, from, count) {
   const sends = [];
@@ -179,12 +165,6 @@ async function sendRange(transport, from, count) {
     sends.push(transport.send(processEnvelope(n, stamps)).then((sent) => [idOf(sent), n]));
   }
   return new Map(await Promise.all(sends));
-}
-
-async function drain(iterable) {
-  const out = [];
-  for await (const item of iterable) out.push(item);
-  return out;
 }
 
 /** Stops every consumer, waits for its final report and a clean exit. */
@@ -207,6 +187,36 @@ async function stopAll(consumers) {
     reports.push(done);
   }
   return reports;
+}
+
+/** Forks two consumers of `target` and starts them once both are ready. */
+async function startTwoConsumers(target) {
+  const consumers = [forkConsumer('child-1', target), forkConsumer('child-2', target)];
+  for (const consumer of consumers) await expectFrom(consumer, consumer.ready, 10000, 'ready');
+  for (const consumer of consumers) consumer.child.send({ type: 'start' });
+  return consumers;
+}
+
+/**
+ * Waits until `consumers` acked every message of `sent`, stops them, and asserts that each was
+ * handled exactly once, that every consumer took part and that `parent` sees the queue empty.
+ */
+async function expectSharedExactlyOnce(parent, consumers, sent) {
+  const total = sent.size;
+  await waitFor(
+    () => consumers.reduce((sum, c) => sum + c.acked.length, 0) >= total || consumers.some((c) => c.child.exitCode !== null),
+    30000,
+    `${total} acks from the ${consumers.length} processes`,
+    20,
+  );
+  await sleep(300); // late duplicates would show up here
+  const reports = await stopAll(consumers);
+  expectExactlyOnce(consumers, reports, sent);
+  // Every process really took part.
+  for (const consumer of consumers) expect(consumer.got.length).toBeGreaterThan(0);
+
+  expect(await collect(parent.list(total))).toEqual([]);
+  expect(await parent.getMessageCount()).toBe(0);
 }
 
 /** Every sent id handled exactly once over all consumers, each report consistent. */
@@ -254,25 +264,9 @@ describe('SQLite file shared by several processes', () => {
       for (const [id, n] of await sendRange(parent, from, 100)) sent.set(id, n);
     }
     expect(sent.size).toBe(total);
-    expect((await drain(parent.list(total + 10))).length).toBe(total);
+    expect((await collect(parent.list(total + 10))).length).toBe(total);
 
-    const consumers = [forkConsumer('child-1', target), forkConsumer('child-2', target)];
-    for (const consumer of consumers) await expectFrom(consumer, consumer.ready, 10000, 'ready');
-    for (const consumer of consumers) consumer.child.send({ type: 'start' });
-
-    await waitFor(
-      () => consumers.reduce((sum, c) => sum + c.acked.length, 0) >= total || consumers.some((c) => c.child.exitCode !== null),
-      30000,
-      `${total} acks from the two processes`,
-    );
-    await sleep(300); // late duplicates would show up here
-    const reports = await stopAll(consumers);
-    expectExactlyOnce(consumers, reports, sent);
-    // Both processes really took part.
-    for (const consumer of consumers) expect(consumer.got.length).toBeGreaterThan(0);
-
-    expect(await drain(parent.list(total))).toEqual([]);
-    expect(await parent.getMessageCount()).toBe(0);
+    await expectSharedExactlyOnce(parent, await startTwoConsumers(target), sent);
   }, 60000);
 
   test('the parent keeps sending while two processes consume: every id exactly once, none lost', async () => {
@@ -280,9 +274,7 @@ describe('SQLite file shared by several processes', () => {
     const parent = parentTransport(target);
     await parent.setup();
 
-    const consumers = [forkConsumer('child-1', target), forkConsumer('child-2', target)];
-    for (const consumer of consumers) await expectFrom(consumer, consumer.ready, 10000, 'ready');
-    for (const consumer of consumers) consumer.child.send({ type: 'start' });
+    const consumers = await startTwoConsumers(target);
 
     const total = 1000;
     const perRound = 50;
@@ -293,18 +285,7 @@ describe('SQLite file shared by several processes', () => {
     }
     expect(sent.size).toBe(total);
 
-    await waitFor(
-      () => consumers.reduce((sum, c) => sum + c.acked.length, 0) >= total || consumers.some((c) => c.child.exitCode !== null),
-      30000,
-      `${total} acks from the two processes`,
-    );
-    await sleep(300);
-    const reports = await stopAll(consumers);
-    expectExactlyOnce(consumers, reports, sent);
-    for (const consumer of consumers) expect(consumer.got.length).toBeGreaterThan(0);
-
-    expect(await drain(parent.list(total))).toEqual([]);
-    expect(await parent.getMessageCount()).toBe(0);
+    await expectSharedExactlyOnce(parent, consumers, sent);
   }, 60000);
 
   test('a process killed (SIGKILL) before acking: its messages reach the other process after redeliverTimeoutSeconds', async () => {
@@ -329,13 +310,14 @@ describe('SQLite file shared by several processes', () => {
     expect(await doomed.exited).toEqual({ code: null, signal: 'SIGKILL' });
 
     // The claimed row is still in the file, in flight: not counted, still listed.
-    expect((await drain(parent.list())).map(idOf)).toContain(firstId);
+    expect((await collect(parent.list())).map(idOf)).toContain(firstId);
 
     survivor.child.send({ type: 'start' });
     await waitFor(
       () => survivor.acked.length >= sent.size || survivor.child.exitCode !== null,
       15000,
       'the survivor to handle every message',
+      20,
     );
     await sleep(300);
     const [report] = await stopAll([survivor]);
@@ -347,7 +329,7 @@ describe('SQLite file shared by several processes', () => {
     expect(recovered).toBeDefined();
     expect(recovered.at - claimed.at).toBeGreaterThanOrEqual(900);
 
-    expect(await drain(parent.list())).toEqual([]);
+    expect(await collect(parent.list())).toEqual([]);
     expect(await parent.getMessageCount()).toBe(0);
   }, 40000);
 });

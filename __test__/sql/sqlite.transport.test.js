@@ -24,10 +24,8 @@ const {
   pollUntil,
   settleWithin,
 } = require('../support/transport-helpers');
+const { ROOT, CORE } = require('../support/child');
 const { sqlTransportSuite } = require('../shared/sql-transport.suite');
-
-const ROOT = path.resolve(__dirname, '..', '..');
-const CORE = require.resolve('@schally/nestjs-messenger');
 
 const { DSN, TABLE, transport, lastQueue } = sqlTransportSuite(sqlite);
 

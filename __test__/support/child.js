@@ -55,4 +55,14 @@ function killedBy(result) {
   return result.signal === null ? null : `${result.signal}; stderr: ${result.stderr}`;
 }
 
-module.exports = { ROOT, CORE, PRELUDE, runChild, killedBy };
+/**
+ * Asserts (jest) that a child exited by itself, with status 0 and nothing on stderr.
+ * @param {{ signal: string | null, stderr: string, status: number | null }} result what `runChild` returned
+ */
+function expectCleanExit(result) {
+  expect(killedBy(result)).toBeNull();
+  expect(result.stderr).toBe('');
+  expect(result.status).toBe(0);
+}
+
+module.exports = { ROOT, CORE, PRELUDE, runChild, killedBy, expectCleanExit };

@@ -34,8 +34,6 @@ function fleetSerializer() {
   return new JsonSerializer([FleetMessage]);
 }
 
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
 function idOf(envelope) {
   const stamp = envelope.last(TransportMessageIdStamp);
   if (stamp === undefined) throw new Error('envelope has no TransportMessageIdStamp');
@@ -59,22 +57,6 @@ function outgoing(n, text = `message ${n}`, ...extraStamps) {
     new SentStamp('FleetMessage', 'async'),
     ...extraStamps,
   ]);
-}
-
-/** Polls `predicate` every 10 ms; throws naming `what` once `timeoutMs` passed. */
-async function waitFor(predicate, timeoutMs, what) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await predicate()) return;
-    if (Date.now() > deadline) throw new Error(`Timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(10);
-  }
-}
-
-async function drain(iterable) {
-  const out = [];
-  for await (const item of iterable) out.push(item);
-  return out;
 }
 
 /**
@@ -189,11 +171,8 @@ function fleetHarness({ cleanup = async () => {}, onCloseTimeout = () => {} } = 
 module.exports = {
   FleetMessage,
   fleetSerializer,
-  sleep,
   idOf,
   sendableStamps,
   outgoing,
-  waitFor,
-  drain,
   fleetHarness,
 };

@@ -9,6 +9,7 @@
 const { startProxy, viaProxy } = require('../faults/support/proxy');
 const { closedPort } = require('./ports');
 const { postgres } = require('./engines');
+const { startAckingConsumer } = require('./transport-helpers');
 
 /**
  * A proxy in front of the shared PostgreSQL, and the DSN through it.
@@ -32,26 +33,14 @@ async function proxiedPostgres() {
 }
 
 /**
- * Runs a `get()` loop on `transport` that acks what it receives, until the returned `stop()`.
+ * Runs a `get()` loop on `transport` that acks what it receives, until the returned `stop()`
+ * (which rejects with what get() threw, if it threw).
  * @param {{ get(signal: AbortSignal): AsyncIterable<unknown>, ack(envelope: unknown): Promise<void> }} transport
  * @returns {{ received: unknown[], stop(): Promise<void> }}
  */
 function consume(transport) {
-  const controller = new AbortController();
-  const received = [];
-  const loop = (async () => {
-    for await (const envelope of transport.get(controller.signal)) {
-      received.push(envelope);
-      await transport.ack(envelope);
-    }
-  })();
-  return {
-    received,
-    async stop() {
-      controller.abort();
-      await loop;
-    },
-  };
+  const consumer = startAckingConsumer(transport);
+  return { received: consumer.received, stop: consumer.stopOrThrow };
 }
 
 module.exports = { proxiedPostgres, consume };

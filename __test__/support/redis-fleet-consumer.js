@@ -20,6 +20,7 @@
 const { TransportMessageIdStamp } = require('@schally/nestjs-messenger');
 // The message class the parent registers too (one class for both sides of every mixed fleet).
 const { fleetSerializer } = require('./fleet');
+const { toParent, reportError } = require('./ipc');
 
 function makeTransport(impl, options) {
   if (impl === 'upstream') {
@@ -43,32 +44,15 @@ async function main() {
     serializer: fleetSerializer(),
     claimIdleMs: Number(env.FLEET_CLAIM_IDLE_MS ?? 30000),
   });
-  const send = (message) =>
-    new Promise((resolve) => {
-      if (!process.connected) return resolve();
-      process.send(message, () => resolve());
-    });
-  await send({ type: 'ready' });
+  await toParent({ type: 'ready' });
   const controller = new AbortController();
   for await (const envelope of transport.get(controller.signal)) {
     const id = String(envelope.last(TransportMessageIdStamp).id);
-    await send({ type: 'claimed', id, n: envelope.message.n });
+    await toParent({ type: 'claimed', id, n: envelope.message.n });
     // Hold it (and whatever else the read put in our pending list) until SIGKILL.
     setInterval(() => {}, 60000);
     await new Promise(() => {});
   }
 }
 
-if (require.main === module) {
-  main().catch(async (error) => {
-    if (process.connected) {
-      await new Promise((resolve) =>
-        process.send({ type: 'error', message: String(error?.message ?? error), stack: String(error?.stack) }, () =>
-          resolve(),
-        ),
-      );
-    }
-    process.exitCode = 1;
-    if (process.connected) process.disconnect();
-  });
-}
+if (require.main === module) main().catch(reportError);

@@ -23,6 +23,7 @@
 //   child → parent  { type: 'error', message, stack }     then exit code 1
 
 const { Envelope, JsonSerializer, RedeliveryStamp, TransportMessageIdStamp } = require('@schally/nestjs-messenger');
+const { toParent, reportError } = require('./ipc');
 
 /** The message class both the parent and the children register. */
 class ProcessMessage {
@@ -57,11 +58,6 @@ async function main() {
     redeliverTimeoutSeconds: Number(env.CONSUMER_REDELIVER_TIMEOUT_SECONDS ?? 3600),
     pollIntervalMs: Number(env.CONSUMER_POLL_MS ?? 20),
   });
-  const send = (message) =>
-    new Promise((resolve) => {
-      if (!process.connected) return resolve();
-      process.send(message, () => resolve());
-    });
 
   const controller = new AbortController();
   let stopReason = 'stopped';
@@ -83,7 +79,7 @@ async function main() {
 
   await transport.setup();
   await transport.getMessageCount();
-  await send({ type: 'ready' });
+  await toParent({ type: 'ready' });
   await started;
 
   const idleTimer = setInterval(() => {
@@ -100,36 +96,24 @@ async function main() {
       const n = envelope.message.n;
       if (mode === 'hold') {
         // Keep it in flight forever: this process is about to be killed.
-        await send({ type: 'claimed', id, n });
+        await toParent({ type: 'claimed', id, n });
         clearInterval(idleTimer);
         await new Promise(() => {});
       }
-      await send({ type: 'got', id, n, redelivery: envelope.last(RedeliveryStamp)?.retryCount ?? 0 });
+      await toParent({ type: 'got', id, n, redelivery: envelope.last(RedeliveryStamp)?.retryCount ?? 0 });
       await transport.ack(envelope);
       handled.push(id);
-      await send({ type: 'acked', id });
+      await toParent({ type: 'acked', id });
       lastActivity = Date.now();
     }
   } finally {
     clearInterval(idleTimer);
   }
   await transport.close();
-  await send({ type: 'done', handled, reason: stopReason });
+  await toParent({ type: 'done', handled, reason: stopReason });
   if (process.connected) process.disconnect();
 }
 
-if (require.main === module) {
-  main().catch(async (error) => {
-    if (process.connected) {
-      await new Promise((resolve) =>
-        process.send({ type: 'error', message: String(error?.message ?? error), stack: String(error?.stack) }, () =>
-          resolve(),
-        ),
-      );
-    }
-    process.exitCode = 1;
-    if (process.connected) process.disconnect();
-  });
-}
+if (require.main === module) main().catch(reportError);
 
 module.exports = { ProcessMessage, processMessageSerializer, processEnvelope };

@@ -100,6 +100,16 @@ async function pollUntil(probe, { timeoutMs = 2000, intervalMs = 20 } = {}) {
   }
 }
 
+/** Polls `predicate` every `intervalMs`; throws naming `what` once `timeoutMs` passed. */
+async function waitFor(predicate, timeoutMs, what, intervalMs = 10) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await predicate()) return;
+    if (Date.now() > deadline) throw new Error(`Timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(intervalMs);
+  }
+}
+
 /** Resolves `{ value }` or `{ error }` of a promise, or `'timeout'` after `ms`. */
 async function settleWithin(promise, ms) {
   let timer;
@@ -170,7 +180,8 @@ async function expectArrival(consumer, sent, sentAt, timeoutMs) {
 
 /**
  * A background get() loop that records what it yields (`received`, `ids()`) and acks it, like
- * the core Worker; `error` is set if get() threw (the loop then ends).
+ * the core Worker; `error` is set if get() threw (the loop then ends). `stop()` aborts the loop
+ * (at once, before its first await) and waits for it; `stopOrThrow()` also rethrows `error`.
  */
 function startAckingConsumer(t) {
   const controller = new AbortController();
@@ -190,7 +201,25 @@ function startAckingConsumer(t) {
     controller.abort();
     await consumer.done;
   };
+  consumer.stopOrThrow = async () => {
+    await consumer.stop();
+    if (consumer.error !== undefined) throw consumer.error;
+  };
   return consumer;
+}
+
+/**
+ * The first envelope one get() loop of `transport` yields, acked while the loop is still open;
+ * the loop is then aborted and ended.
+ */
+async function ackFirst(transport) {
+  const controller = new AbortController();
+  const loop = transport.get(controller.signal);
+  const { value } = await loop.next();
+  await transport.ack(value);
+  controller.abort();
+  await loop.return();
+  return value;
 }
 
 /** Drains an async iterable into an array. */
@@ -265,11 +294,13 @@ module.exports = {
   receiveOne,
   sleep,
   pollUntil,
+  waitFor,
   settleWithin,
   closeAll,
   startConsumer,
   expectArrival,
   startAckingConsumer,
+  ackFirst,
   collect,
   rejectionOf,
   throwsSync,

@@ -14,55 +14,49 @@ const { startRedisServer } = require('./redis-server');
 /** The longest a Redis stall lasts if nobody ends it (CLIENT PAUSE needs a bound). */
 const REDIS_PAUSE_MS = 6000;
 
+/**
+ * The stall of a server engine (PostgreSQL, MariaDB) on a table of its own: `lockTable(table)`
+ * takes a lock that stalls every write to it and resolves to the function that ends the lock.
+ */
+function tableLockStall(name, engine, lockTable) {
+  return {
+    name,
+    async prepare() {
+      await requireServer(engine);
+      const table = uniqueName('nmn_stall');
+      const admin = engine.admin();
+      return {
+        dsn: engine.dsn,
+        target: { tableName: table, queueName: 'q' },
+        stallWrites: () => lockTable(table),
+        remaining: () => admin.count(table, 'q'),
+        cleanup: () => admin.dropTable(table, { ifExists: true }),
+      };
+    },
+  };
+}
+
 const WRITE_STALLS = [
-  {
-    name: 'postgres',
-    async prepare() {
-      await requireServer(postgres);
-      const table = uniqueName('nmn_stall');
-      const admin = postgres.admin();
-      return {
-        dsn: postgres.dsn,
-        target: { tableName: table, queueName: 'q' },
-        async stallWrites() {
-          const { Client } = require('pg');
-          const client = new Client({ connectionString: postgres.dsn });
-          await client.connect();
-          await client.query('BEGIN');
-          await client.query(`LOCK TABLE ${table} IN SHARE ROW EXCLUSIVE MODE`);
-          return async () => {
-            await client.query('COMMIT');
-            await client.end();
-          };
-        },
-        remaining: () => admin.count(table, 'q'),
-        cleanup: () => admin.dropTable(table, { ifExists: true }),
-      };
-    },
-  },
-  {
-    name: 'mysql',
-    async prepare() {
-      await requireServer(mysql);
-      const table = uniqueName('nmn_stall');
-      const admin = mysql.admin();
-      return {
-        dsn: mysql.dsn,
-        target: { tableName: table, queueName: 'q' },
-        async stallWrites() {
-          const driver = require('mysql2/promise');
-          const connection = await driver.createConnection(mysql.dsn);
-          await connection.query(`LOCK TABLES ${table} WRITE`);
-          return async () => {
-            await connection.query('UNLOCK TABLES');
-            await connection.end();
-          };
-        },
-        remaining: () => admin.count(table, 'q'),
-        cleanup: () => admin.dropTable(table, { ifExists: true }),
-      };
-    },
-  },
+  tableLockStall('postgres', postgres, async (table) => {
+    const { Client } = require('pg');
+    const client = new Client({ connectionString: postgres.dsn });
+    await client.connect();
+    await client.query('BEGIN');
+    await client.query(`LOCK TABLE ${table} IN SHARE ROW EXCLUSIVE MODE`);
+    return async () => {
+      await client.query('COMMIT');
+      await client.end();
+    };
+  }),
+  tableLockStall('mysql', mysql, async (table) => {
+    const driver = require('mysql2/promise');
+    const connection = await driver.createConnection(mysql.dsn);
+    await connection.query(`LOCK TABLES ${table} WRITE`);
+    return async () => {
+      await connection.query('UNLOCK TABLES');
+      await connection.end();
+    };
+  }),
   {
     name: 'sqlite',
     async prepare() {

@@ -14,7 +14,7 @@
 const path = require('node:path');
 const { Envelope, InvalidArgumentError, JsonSerializer, TransportMessageIdStamp } = require('@schally/nestjs-messenger');
 const { postgres, mysql, sqlite, redis } = require('../support/engines');
-const { TestMessage, envelopeOf, serializer } = require('../support/transport-helpers');
+const { TestMessage, envelopeOf, serializer, ackFirst } = require('../support/transport-helpers');
 const { engineTransports } = require('../support/engine-transports');
 const { runChild } = require('../support/child');
 
@@ -54,13 +54,7 @@ describe.each([postgres, mysql, sqlite, redis])('$name: the logger option', (eng
     );
     const poison = await writer.send(new Envelope(new Unregistered('do-not-log-me')));
     await writer.send(envelopeOf('good'));
-    const controller = new AbortController();
-    const loop = reader.get(controller.signal);
-    const { value } = await loop.next();
-    await reader.ack(value);
-    controller.abort();
-    await loop.return();
-    return { reader, poison, good: value };
+    return { reader, poison, good: await ackFirst(reader) };
   }
 
   it('hears of a poison message removed: its id and type, never its body', async () => {

@@ -13,7 +13,7 @@ const { Envelope, JsonSerializer } = require('@schally/nestjs-messenger');
 const { describe, it, beforeAll, afterAll, afterEach, nest } = require('../support/nest-suite');
 const { EventLog } = require('../../lib/telemetry/event-log');
 const { sqlite } = require('../support/engines');
-const { TestMessage, envelopeOf, idOf, serializer } = require('../support/transport-helpers');
+const { TestMessage, envelopeOf, idOf, serializer, ackFirst } = require('../support/transport-helpers');
 const { engineTransports } = require('../support/engine-transports');
 
 const { ConsoleLogger, Logger } = nest.common;
@@ -148,12 +148,7 @@ describe(`sqlite: a poison message through Nest's Logger (@nestjs/common ${nest.
     const poison = await writer.send(new Envelope(new Unregistered()));
     await writer.send(envelopeOf('good'));
     const printed = await captured(async () => {
-      const controller = new AbortController();
-      const loop = reader.get(controller.signal);
-      const { value } = await loop.next();
-      await reader.ack(value);
-      controller.abort();
-      await loop.return();
+      await ackFirst(reader);
       await reader.close();
     });
     return { ...printed, removed: `Removed a message that cannot be decoded (poison): id ${idOf(poison)}, type "Unregistered".` };

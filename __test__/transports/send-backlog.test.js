@@ -5,17 +5,12 @@
 // TransportError that says so and stores nothing; the sends that were accepted are stored once
 // the stall ends, and nothing else is. Bad values of the two options are refused by name.
 
-const { Envelope, InvalidArgumentError, JsonSerializer, TransportError } = require('@schally/nestjs-messenger');
+const { InvalidArgumentError, TransportError } = require('@schally/nestjs-messenger');
 const { SqlTransport, RedisStreamsTransport } = require('../..');
 const { sqlite } = require('../../bench/engines');
 const { WRITE_STALLS } = require('../support/write-stalls');
 const { sleep, settleWithin } = require('../faults/support/account');
-
-class Job {
-  constructor(n) {
-    this.n = n;
-  }
-}
+const { jobSerializer, jobEnvelope } = require('../support/jobs');
 
 const BACKLOG = 20;
 const SENDS = 100;
@@ -29,18 +24,18 @@ describe.each(WRITE_STALLS)('$name: the send backlog while writes stall', (engin
     const transport = new Transport({
       dsn: setup.dsn,
       ...setup.target,
-      serializer: new JsonSerializer([Job]),
+      serializer: jobSerializer(),
       maxQueuedSends: BACKLOG,
     });
     let endStall;
     try {
       await transport.setup();
       // Connections up (and on Redis the direct send path open) before the stall.
-      for (let n = 0; n < 3; n += 1) await transport.send(new Envelope(new Job(-1)));
+      for (let n = 0; n < 3; n += 1) await transport.send(jobEnvelope(-1));
       endStall = await setup.stallWrites();
       const startedAt = Date.now();
       const outcomes = Array.from({ length: SENDS }, (_, n) =>
-        transport.send(new Envelope(new Job(n))).then(
+        transport.send(jobEnvelope(n)).then(
           () => ({ stored: true }),
           (error) => ({ error, ms: Date.now() - startedAt }),
         ),

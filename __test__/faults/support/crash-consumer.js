@@ -23,12 +23,8 @@
 
 const { TransportMessageIdStamp } = require('@schally/nestjs-messenger');
 const { makeTransport } = require('./engines');
+const { toParent, reportError } = require('../../support/ipc');
 
-const send = (message) =>
-  new Promise((resolve) => {
-    if (!process.connected) return resolve();
-    process.send(message, () => resolve());
-  });
 
 async function main() {
   const engine = process.env.FAULT_ENGINE;
@@ -39,16 +35,16 @@ async function main() {
   const started = new Promise((resolve) => {
     process.on('message', (message) => {
       if (message?.type === 'start') resolve();
-      if (message?.type === 'settle') settleHeld(message.how).catch(report);
+      if (message?.type === 'settle') settleHeld(message.how).catch(reportError);
     });
   });
   /** Settles the held message; getMessageCount() waits for a write-behind ack's delete. */
   async function settleHeld(how) {
     await (how === 'reject' ? transport.reject(held) : transport.ack(held));
     await transport.getMessageCount();
-    await send({ type: 'settled', how, staleSettles: transport.stats().staleSettles });
+    await toParent({ type: 'settled', how, staleSettles: transport.stats().staleSettles });
   }
-  await send({ type: 'ready' });
+  await toParent({ type: 'ready' });
   await started;
 
   const controller = new AbortController();
@@ -56,25 +52,19 @@ async function main() {
   for await (const envelope of transport.get(controller.signal)) {
     const key = envelope.message.key;
     const id = String(envelope.last(TransportMessageIdStamp).id);
-    await send({ type: 'got', key, id });
+    await toParent({ type: 'got', key, id });
     if (handled < ackFirst) {
       await transport.ack(envelope);
       handled += 1;
-      await send({ type: 'acked', key, id });
+      await toParent({ type: 'acked', key, id });
       continue;
     }
     held = envelope;
-    await send({ type: 'holding', key, id });
+    await toParent({ type: 'holding', key, id });
     // In flight until the parent says to settle it, with the rest of the claim prefetched behind it, until SIGKILL.
     setInterval(() => {}, 60_000);
     await new Promise(() => {});
   }
 }
 
-async function report(error) {
-  await send({ type: 'error', message: String(error?.message ?? error), stack: String(error?.stack) });
-  process.exitCode = 1;
-  if (process.connected) process.disconnect();
-}
-
-main().catch(report);
+main().catch(reportError);

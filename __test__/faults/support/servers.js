@@ -120,6 +120,33 @@ const PG_BIN = process.env.FAULTS_PG_BIN ?? '/usr/lib/postgresql/15/bin';
  *   pg_basebackup of another cluster; it may return a promise); `prefix`: of the temporary
  *   directory's name
  */
+/**
+ * Runs `start(port)` on a free port, on another one when it fails (another process may have
+ * taken the port meanwhile), `tries` times at most; `afterFailure()` runs after each failure.
+ */
+async function onAFreePort(tries, start, afterFailure = async () => {}) {
+  for (let attempt = 1; ; attempt += 1) {
+    const port = await freePort();
+    try {
+      await start(port);
+      return;
+    } catch (error) {
+      await afterFailure();
+      if (attempt >= tries) throw error;
+    }
+  }
+}
+
+/** Runs `use` on the connection `open()` resolves (a client with `end()`), then ends it whatever `use` did. */
+async function usingConnection(open, use) {
+  const connection = await open();
+  try {
+    return await use(connection);
+  } finally {
+    await connection.end().catch(() => {});
+  }
+}
+
 async function startPostgres({ ssl, settings = {}, initData, prefix = 'nmn-fault-pg-' } = {}) {
   const how = 'Install the PostgreSQL 15 server (apt-get install postgresql-15) or set FAULTS_PG_BIN.';
   requireBinary(path.join(PG_BIN, 'initdb'), how);
@@ -178,32 +205,26 @@ async function startPostgres({ ssl, settings = {}, initData, prefix = 'nmn-fault
     ]);
     running = true;
   };
-  for (let attempt = 0; ; attempt += 1) {
-    port = await freePort();
-    try {
+  try {
+    await onAFreePort(5, async (free) => {
+      port = free;
       await start();
-      break;
-    } catch (error) {
-      if (attempt >= 4) {
-        hook();
-        exitHooks.delete(hook);
-        throw error;
-      }
-    }
+    });
+  } catch (error) {
+    hook();
+    exitHooks.delete(hook);
+    throw error;
   }
 
   const { Client } = require('pg');
   const dsn = `postgres://postgres@127.0.0.1:${port}/postgres`;
-  async function admin(use) {
-    const client = new Client({ connectionString: dsn, connectionTimeoutMillis: 5000 });
-    client.on('error', () => {});
-    await client.connect();
-    try {
-      return await use(client);
-    } finally {
-      await client.end().catch(() => {});
-    }
-  }
+  const admin = (use) =>
+    usingConnection(async () => {
+      const client = new Client({ connectionString: dsn, connectionTimeoutMillis: 5000 });
+      client.on('error', () => {});
+      await client.connect();
+      return client;
+    }, use);
 
   return {
     engine: 'postgres',
@@ -376,16 +397,14 @@ async function startMariadb({ ssl } = {}) {
   }
 
   try {
-    for (let attempt = 0; ; attempt += 1) {
-      port = await freePort();
-      try {
+    await onAFreePort(
+      3,
+      async (free) => {
+        port = free;
         await launch();
-        break;
-      } catch (error) {
-        await terminate('SIGKILL');
-        if (attempt >= 2) throw error;
-      }
-    }
+      },
+      () => terminate('SIGKILL'),
+    );
     const c = await connect();
     await c.query('CREATE DATABASE IF NOT EXISTS test');
     await c.end();
@@ -395,14 +414,7 @@ async function startMariadb({ ssl } = {}) {
     throw error;
   }
 
-  async function admin(use) {
-    const c = await connect('test');
-    try {
-      return await use(c);
-    } finally {
-      await c.end().catch(() => {});
-    }
-  }
+  const admin = (use) => usingConnection(() => connect('test'), use);
 
   return {
     engine: 'mariadb',
@@ -505,16 +517,19 @@ function startServer(engine, options = {}) {
 
 /**
  * Jest hooks for a describe block: a private `engine` server started before its tests and
- * stopped after them. Returns the server's getter (it exists once the tests run).
+ * stopped after them, then `afterStop()` run (stopping the server first ends whatever the code
+ * under test still waits on). Returns the server's getter (it exists once the tests run).
  * @param {'postgres' | 'mariadb' | 'redis'} engine
+ * @param {{ afterStop?: () => Promise<unknown> | undefined }} [options]
  */
-function privateServer(engine) {
+function privateServer(engine, { afterStop } = {}) {
   let server;
   beforeAll(async () => {
     server = await startServer(engine);
   }, 120_000);
   afterAll(async () => {
     await server?.stop();
+    await afterStop?.();
   }, 60_000);
   return () => server;
 }

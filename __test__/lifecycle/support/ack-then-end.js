@@ -7,13 +7,7 @@
 // keep the process alive.
 
 const { SqlTransport, RedisStreamsTransport } = require('../../..');
-const { Envelope, JsonSerializer } = require('@schally/nestjs-messenger');
-
-class Job {
-  constructor(n) {
-    this.n = n;
-  }
-}
+const { jobSerializer, sendThenTakeAll } = require('../../support/jobs');
 
 async function main() {
   const Transport = process.env.KIND === 'redis' ? RedisStreamsTransport : SqlTransport;
@@ -21,17 +15,11 @@ async function main() {
   const transport = new Transport({
     dsn: process.env.DSN,
     ...JSON.parse(process.env.TARGET),
-    serializer: new JsonSerializer([Job]),
+    serializer: jobSerializer(),
     ackMode: 'write-behind',
     ...JSON.parse(process.env.OPTIONS ?? '{}'),
   });
-  for (let n = 0; n < count; n += 1) await transport.send(new Envelope(new Job(n)));
-  const taken = [];
-  const controller = new AbortController();
-  for await (const envelope of transport.get(controller.signal)) {
-    taken.push(envelope);
-    if (taken.length === count) controller.abort();
-  }
+  const taken = await sendThenTakeAll(transport, count);
   await new Promise((resolve) => {
     process.once('message', resolve);
     process.send({ consumed: taken.length });

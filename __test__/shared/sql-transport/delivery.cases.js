@@ -25,17 +25,26 @@ function deliveryCases(ctx) {
   const { engine, DSN, OTHER_DSN, TABLE, db, consume, LONG_IDLE, titles, transport, lastQueue, settledRows } = ctx;
 
   describe('crash recovery and prefetch', () => {
+    /**
+     * A "crashed" instance holding the one message it sent (`envelope`, received as `first`), and
+     * a reaper on its queue with `redeliverTimeoutSeconds`.
+     */
+    async function crashedHolding(envelope, redeliverTimeoutSeconds) {
+      const crashed = transport();
+      const queueName = lastQueue();
+      const reaper = transport({ queueName, redeliverTimeoutSeconds });
+      const sent = await crashed.send(envelope);
+      const first = await receiveOne(crashed);
+      return { crashed, queueName, reaper, sent, first };
+    }
+
     it(
       titles(
         'staleRedelivery',
         'redelivers a message left in flight beyond redeliverTimeoutSeconds 0 (same id, no RedeliveryStamp)',
       ),
       async () => {
-        const crashed = transport();
-        const queueName = lastQueue();
-        const reaper = transport({ queueName, redeliverTimeoutSeconds: 0 });
-        const sent = await crashed.send(envelopeOf('orphan', 'data'));
-        const first = await receiveOne(crashed);
+        const { crashed, queueName, reaper, sent, first } = await crashedHolding(envelopeOf('orphan', 'data'), 0);
         expect(idOf(first)).toBe(idOf(sent));
 
         // delivered_at has millisecond precision: let the DB clock move past it.
@@ -54,11 +63,7 @@ function deliveryCases(ctx) {
     );
 
     it('redelivers after redeliverTimeoutSeconds 1, not before', async () => {
-      const crashed = transport();
-      const queueName = lastQueue();
-      const reaper = transport({ queueName, redeliverTimeoutSeconds: 1 });
-      await crashed.send(envelopeOf('orphan-1s'));
-      const first = await receiveOne(crashed);
+      const { crashed, reaper, first } = await crashedHolding(envelopeOf('orphan-1s'), 1);
       const claimedAt = Date.now();
 
       expect(await receiveWithin(reaper, 500)).toBeUndefined();
@@ -73,11 +78,7 @@ function deliveryCases(ctx) {
     }, 10000);
 
     it('makes no copy when the crashed instance rejects a message the reaper already acked', async () => {
-      const crashed = transport();
-      const queueName = lastQueue();
-      const reaper = transport({ queueName, redeliverTimeoutSeconds: 0 });
-      await crashed.send(envelopeOf('taken-over'));
-      const first = await receiveOne(crashed);
+      const { crashed, queueName, reaper, first } = await crashedHolding(envelopeOf('taken-over'), 0);
       expect(await pollUntil(() => db.isStale(TABLE, idOf(first)), { timeoutMs: 1000 })).toBe(true);
       const second = await receiveOne(reaper);
       await reaper.ack(second);
@@ -270,6 +271,23 @@ function deliveryCases(ctx) {
   });
 
   describe('idle waits', () => {
+    /** A consumer of `t`, whose queue is empty (asserted), once it reached its idle wait (nothing done within `ms`). */
+    async function idleConsumerOf(t, ms) {
+      const consumer = consume(t);
+      expect(await t.getMessageCount()).toBe(0);
+      // Let the consumer reach its idle wait (its empty claim is done by now).
+      expect(await settleWithin(consumer.done, ms)).toBe('timeout');
+      return consumer;
+    }
+
+    /** The ms from `sender`'s send of `envelope` to its arrival at `consumer` (asserted within `timeoutMs`). */
+    async function arrivalAfterSend(sender, envelope, consumer, timeoutMs) {
+      const sentAt = Date.now();
+      const sent = await sender.send(envelope);
+      const { elapsed } = await expectArrival(consumer, sent, sentAt, timeoutMs);
+      return elapsed;
+    }
+
     it.each([
       ['the consuming transport itself', false],
       ['another transport on the same DSN', true],
@@ -277,26 +295,14 @@ function deliveryCases(ctx) {
       const queueName = uniqueName('q');
       const consuming = transport({ queueName, ...LONG_IDLE });
       const sender = separate ? transport({ queueName }) : consuming;
-      const consumer = consume(consuming);
-      expect(await consuming.getMessageCount()).toBe(0);
-      // Let the consumer reach its idle wait (its empty claim is done by now).
-      expect(await settleWithin(consumer.done, 300)).toBe('timeout');
-
-      const sentAt = Date.now();
-      const sent = await sender.send(envelopeOf('wake'));
-      const { elapsed } = await expectArrival(consumer, sent, sentAt, 2000);
-      expect(elapsed).toBeLessThan(300);
+      const consumer = await idleConsumerOf(consuming, 300);
+      expect(await arrivalAfterSend(sender, envelopeOf('wake'), consumer, 2000)).toBeLessThan(300);
     });
 
     it('delivers an in-process delayed send on time to an idle consumer although pollIntervalMs is 60 s', async () => {
       const t = transport(LONG_IDLE);
-      const consumer = consume(t);
-      expect(await t.getMessageCount()).toBe(0);
-      expect(await settleWithin(consumer.done, 300)).toBe('timeout');
-
-      const sentAt = Date.now();
-      const sent = await t.send(envelopeOf('delayed', '', [new DelayStamp(400)]));
-      const { elapsed } = await expectArrival(consumer, sent, sentAt, 3000);
+      const consumer = await idleConsumerOf(t, 300);
+      const elapsed = await arrivalAfterSend(t, envelopeOf('delayed', '', [new DelayStamp(400)]), consumer, 3000);
       expect(elapsed).toBeGreaterThanOrEqual(350);
       expect(elapsed).toBeLessThanOrEqual(1500);
     }, 10000);
@@ -322,13 +328,8 @@ function deliveryCases(ctx) {
         const sender = transport({ queueName, dsn: OTHER_DSN });
         const consuming = transport({ queueName, pollIntervalMs: 300 });
         await sender.getMessageCount();
-        const consumer = consume(consuming);
-        expect(await consuming.getMessageCount()).toBe(0);
-        expect(await settleWithin(consumer.done, 100)).toBe('timeout');
-        const sentAt = Date.now();
-        const sent = await sender.send(envelopeOf('polled'));
-        const { elapsed } = await expectArrival(consumer, sent, sentAt, 3000);
-        expect(elapsed).toBeLessThan(1200);
+        const consumer = await idleConsumerOf(consuming, 100);
+        expect(await arrivalAfterSend(sender, envelopeOf('polled'), consumer, 3000)).toBeLessThan(1200);
       });
     }
   });

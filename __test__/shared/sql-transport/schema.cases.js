@@ -20,6 +20,26 @@ function schemaCases(ctx) {
   const { engine, TABLE, db, freshTable, titles, transport, lastQueue, settledRows } = ctx;
 
   describe('schema life cycle', () => {
+    /** A transport on a fresh table (named after `prefix`) holding the table's first message, id 1 (asserted). */
+    async function holdingIdOne(prefix) {
+      const table = freshTable(prefix);
+      const t = transport({ tableName: table });
+      const queueName = lastQueue();
+      expect(idOf(await t.send(envelopeOf('before-drop')))).toBe('1');
+      const first = await receiveOne(t);
+      return { table, t, queueName, first };
+    }
+
+    /** Receives the message `id` as id 1 again, acks it, sees the queue empty and `t` close promptly. */
+    async function expectReusedIdOne(t, table, queueName, id) {
+      const again = await receiveOne(t);
+      expect(idOf(again)).toBe('1');
+      expect(again.message).toEqual(new TestMessage(id));
+      await t.ack(again);
+      expect(await settledRows(table, queueName, 0)).toHaveLength(0);
+      expect(await settleWithin(t.close(), 3000)).toEqual({ value: undefined });
+    }
+
     it('with autoSetup disabled fails typed (NotFound) until setup() creates the table', async () => {
       const table = freshTable('nmn_nosetup');
       const t = transport({ tableName: table, autoSetup: false });
@@ -57,12 +77,7 @@ function schemaCases(ctx) {
     it('setup() re-creates a table dropped under a live instance, which then acks the reused id 1 (ADR-007 regression)', async () => {
       // Ids restart at 1 in the re-created table (SQLite: DROP TABLE also removes its
       // sqlite_sequence entry).
-      const table = freshTable('nmn_adr7');
-      const t = transport({ tableName: table });
-      const queueName = lastQueue();
-
-      expect(idOf(await t.send(envelopeOf('before-drop')))).toBe('1');
-      const first = await receiveOne(t);
+      const { table, t, queueName, first } = await holdingIdOne('nmn_adr7');
       expect(idOf(first)).toBe('1');
       await t.ack(first);
 
@@ -70,22 +85,12 @@ function schemaCases(ctx) {
       await t.setup();
 
       expect(idOf(await t.send(envelopeOf('after-drop')))).toBe('1');
-      const again = await receiveOne(t);
-      expect(idOf(again)).toBe('1');
-      expect(again.message).toEqual(new TestMessage('after-drop'));
-      await t.ack(again);
-      expect(await settledRows(table, queueName, 0)).toHaveLength(0);
-
-      expect(await settleWithin(t.close(), 3000)).toEqual({ value: undefined });
+      await expectReusedIdOne(t, table, queueName, 'after-drop');
     });
 
     if (db.dropTableUnderBlockedDelete) {
       it("an ack whose delete meets the dropped table never deletes the re-created table's message with the reused id (ADR-007)", async () => {
-        const table = freshTable('nmn_adr7b');
-        const t = transport({ tableName: table });
-        const queueName = lastQueue();
-        expect(idOf(await t.send(envelopeOf('before-drop')))).toBe('1');
-        const first = await receiveOne(t);
+        const { table, t, queueName, first } = await holdingIdOne('nmn_adr7b');
 
         // The ack's DELETE waits behind another session's lock; the table is dropped under it.
         const ackOutcome = await db.dropTableUnderBlockedDelete(table, () => settleWithin(t.ack(first), 10000));
@@ -132,12 +137,7 @@ function schemaCases(ctx) {
 
       const healed = await t.send(envelopeOf('healed'));
       expect(idOf(healed)).toBe('1');
-      const again = await receiveOne(t);
-      expect(idOf(again)).toBe('1');
-      expect(again.message).toEqual(new TestMessage('healed'));
-      await t.ack(again);
-      expect(await settledRows(table, queueName, 0)).toHaveLength(0);
-      expect(await settleWithin(t.close(), 3000)).toEqual({ value: undefined });
+      await expectReusedIdOne(t, table, queueName, 'healed');
     });
 
     it('with autoSetup, a consumer whose table vanished goes on: the table is re-created and what is sent next is delivered', async () => {

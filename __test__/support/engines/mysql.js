@@ -5,10 +5,10 @@
 // behind a table lock) and the words, DSN forms and option values its cases use.
 
 const crypto = require('node:crypto');
-const { mysql: engine, requireServer, uniqueName } = require('../../../bench/engines');
-const { pollUntil, transportOperations } = require('../transport-helpers');
-const { sleep } = require('../fleet');
+const { mysql: engine, uniqueName } = require('../../../bench/engines');
+const { pollUntil, sleep } = require('../transport-helpers');
 const { dsnWith } = require('./dsn');
+const { sqlServerAdapter } = require('./sql-server');
 
 /** The same server under the other scheme: the transport maps it onto the same driver URL. */
 const mariadb = (dsn) => dsn.replace(/^mysql:/, 'mariadb:');
@@ -196,32 +196,18 @@ const fleet = {
   },
 };
 
-const mysql = {
-  ...engine,
-  get Transport() {
-    return require('../../..').SqlTransport;
-  },
-  target: (prefix = 'q') => ({ queueName: uniqueName(prefix) }),
-  /** Removes what a target's transport stored (its queue's rows in the default table). */
-  removeTarget: (target, dsn) => engine.admin(dsn).deleteQueues('messenger_messages', [target.queueName]),
+const mysql = sqlServerAdapter(engine, {
   errorLabel: 'MySQL',
-  requireServer: () => requireServer(engine),
-  rawAccess: () => true,
   runDsn: () => engine.dsn,
-  removeRunDsn: () => {},
   /**
    * The same server and database under another DSN string (a harmless driver parameter): a
    * pool of its own in this process, so its sends do not wake consumers of the other.
    */
   otherDsn: (dsn) => `${dsn}${dsn.includes('?') ? '&' : '?'}statement-cache-capacity=77`,
-  dsnWith: (parts) => dsnWith(engine.dsn, parts),
   mariadb,
   testAdmin,
 
   schemaQualifiedTable: 'test.messages',
-  storageNoun: 'table',
-  otherDsnNoun: 'another DSN',
-  storesTextTimes: false,
   concurrentSendSize: { kb: 120, why: ' (more than one max_allowed_packet together)' },
   longQueueNames: [
     [' (ASCII)', 'x'],
@@ -240,8 +226,6 @@ const mysql = {
   },
   fleet,
 
-  operations: () => transportOperations(),
-  silentServerOperation: 'getMessageCount',
   rawPasswordDsn: (user, rawPassword, port) => `mysql://${user}:${rawPassword}@127.0.0.1:${port}/test`,
   malformedDsns: (secret) => [`mysql://root:${secret}@[bad/test`, `mariadb://root:${secret}@host:99999999/test`],
   unknownDatabase: /unknown database/i,
@@ -284,6 +268,6 @@ const mysql = {
     [' (mysql://)', dsn],
     [' (mariadb://)', mariadb(dsn)],
   ],
-};
+});
 
 module.exports = { mysql };

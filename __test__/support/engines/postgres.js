@@ -4,11 +4,11 @@
 // row access in its own SQL (stored formats, the upstream schema, tied rows) and the words,
 // DSN forms and option values its cases use.
 
-const { postgres: engine, requireServer, uniqueName } = require('../../../bench/engines');
+const { postgres: engine, uniqueName } = require('../../../bench/engines');
 const { startPasswordCluster } = require('../pg-cluster');
-const { transportOperations } = require('../transport-helpers');
-const { sleep, waitFor } = require('../fleet');
+const { sleep, waitFor } = require('../transport-helpers');
 const { dsnWith } = require('./dsn');
+const { sqlServerAdapter } = require('./sql-server');
 
 /** Test-side raw access on `dsn`: the registry's admin connection plus inspection in PostgreSQL's SQL. */
 function testAdmin(dsn = engine.dsn) {
@@ -239,39 +239,21 @@ const fleet = {
   },
 };
 
-const postgres = {
-  ...engine,
-  /** The transport class of the engine. */
-  get Transport() {
-    return require('../../..').SqlTransport;
-  },
-  /** Options naming a queue of its own. */
-  target: (prefix = 'q') => ({ queueName: uniqueName(prefix) }),
-  /** Removes what a target's transport stored (its queue's rows in the default table). */
-  removeTarget: (target, dsn) => engine.admin(dsn).deleteQueues('messenger_messages', [target.queueName]),
+const postgres = sqlServerAdapter(engine, {
   /** How the transport names the engine in its error messages. */
   errorLabel: 'PostgreSQL',
-  requireServer: () => requireServer(engine),
-  /** Whether raw access works here (it always does on a server). */
-  rawAccess: () => true,
   /**
    * The database a test file runs on: the shared one, under the file's own application_name
    * when it names one, so that its transports share no pool or LISTEN connection with other
    * files' (all files run in one process; one left open by a failed test stays alive).
    */
   runDsn: (tag) => (tag ? dsnWith(engine.dsn, { params: { application_name: tag } }) : engine.dsn),
-  removeRunDsn: () => {},
   /** The same database under another DSN string: a pool (and LISTEN connection) of its own. */
   otherDsn: (dsn) => dsnWith(dsn, { params: { application_name: 'nmn_other' } }),
-  /** The engine's DSN with some parts replaced (a closed port, a user, a password …). */
-  dsnWith: (parts) => dsnWith(engine.dsn, parts),
   testAdmin,
 
   // The words and values the shared cases take from the engine.
   schemaQualifiedTable: 'public.messages',
-  storageNoun: 'table',
-  otherDsnNoun: 'another DSN',
-  storesTextTimes: false,
   concurrentSendSize: { kb: 120, why: '' },
   longQueueNames: [['', 'x']],
   invalidDsns: [
@@ -282,10 +264,6 @@ const postgres = {
   ],
   /** The DSN spellings of one database (only asked of engines without push wake-up). */
   dsnForms: () => [],
-  /** Every operation that reaches the server, by name. */
-  operations: () => transportOperations(),
-  /** What a server that never answers is asked for the default connect timeout. */
-  silentServerOperation: 'getMessageCount',
   /** A DSN with a user and a password taken as written (percent-encoded or not). */
   rawPasswordDsn: (user, rawPassword, port) => `postgres://${user}:${rawPassword}@127.0.0.1:${port}/test`,
   malformedDsns: (secret) => [`postgres://postgres:${secret}@[bad/test`, `postgres://postgres:${secret}@host:99999999/test`],
@@ -334,6 +312,6 @@ const postgres = {
     tableNameBounds: 'accepts the longest and the shortest valid table names',
     staleRedelivery: 'redelivers a message left in flight beyond redeliverTimeoutSeconds (same id, no RedeliveryStamp)',
   },
-};
+});
 
 module.exports = { postgres };
