@@ -11,7 +11,6 @@ use crate::queue::engine::{DirectWire, Engine, Held, NewMessage, StoredMessage, 
 use crate::queue::stats::Counters;
 use crate::queue::wake::WakeSignal;
 use crate::support::error::{ErrorKind, Result};
-use crate::support::locks::Locked;
 use futures_util::future::BoxFuture;
 use redis::Value;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -157,17 +156,7 @@ impl Engine for RedisQueue {
     fn release(&self, held: Vec<Held>) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
             let ids: Vec<String> = held.into_iter().map(|h| h.id).collect();
-            self.reader.forget_delivered(&ids);
-            if ids.is_empty() {
-                return Ok(());
-            }
-            self.reader
-                .renew_own(&ids, self.stream.config.claim_idle, "release")
-                .await?;
-            let mut reclaim = self.reader.reclaim.locked();
-            reclaim.next_at = std::time::Instant::now();
-            reclaim.cursor = "0-0".to_owned();
-            Ok(())
+            self.reader.release(&ids).await
         })
     }
 

@@ -327,6 +327,22 @@ impl Reader {
         })
     }
 
+    /// Hands `ids` back: no longer held here, their idle time set to the claim threshold,
+    /// and the next claim's XAUTOCLAIM pass made at once from the start, so any consumer
+    /// (this one included) takes them without waiting for the pass's period.
+    pub(super) async fn release(&self, ids: &[String]) -> Result<()> {
+        self.forget_delivered(ids);
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.renew_own(ids, self.stream.config.claim_idle, "release")
+            .await?;
+        let mut reclaim = self.reclaim.locked();
+        reclaim.next_at = Instant::now();
+        reclaim.cursor = "0-0".to_owned();
+        Ok(())
+    }
+
     pub(super) fn reclaim_period(&self) -> Duration {
         (self.stream.config.claim_idle / 2).clamp(Duration::from_millis(10), Duration::from_secs(5))
     }
