@@ -71,7 +71,7 @@ pub async fn insert_once(
             .execute(&mut *conn)
             .await?;
         ids.extend(ids_of(done.last_insert_id(), chunk.len()));
-        woken_and_kept(queue, conn).await;
+        woken_and_kept(queue, conn);
         return Ok(ids);
     }
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
@@ -84,25 +84,27 @@ pub async fn insert_once(
         ids.extend(ids_of(done.last_insert_id(), chunk.len()));
     }
     tx.commit().await?;
-    woken_and_kept(queue, conn).await;
+    woken_and_kept(queue, conn);
     Ok(ids)
 }
 
-/// After a committed insert: other processes' idle consumers are woken over the send's
-/// connection, which is then kept for the next send (unless it failed meanwhile).
-async fn woken_and_kept(queue: &QueueContext<MySql>, mut conn: PoolConnection<sqlx::MySql>) {
-    if queue
-        .target
-        .extra
-        .wake_ups
-        .wake_others(&mut conn)
-        .await
-        .is_ok()
-    {
-        queue.target.send_connection.keep(conn);
-    } else {
-        conn.close_on_drop();
+/// After a committed insert: the send's connection is kept for a later send, once it has
+/// woken other processes' idle consumers (if any idle) in a task of its own, so that the
+/// send is answered without waiting for them. A connection whose wake-up failed is closed
+/// (the insert stands).
+fn woken_and_kept(queue: &QueueContext<MySql>, mut conn: PoolConnection<sqlx::MySql>) {
+    let target = queue.target.clone();
+    if !target.extra.wake_ups.has_work() {
+        target.send_connection.keep(conn);
+        return;
     }
+    tokio::spawn(async move {
+        if target.extra.wake_ups.wake_others(&mut conn).await.is_ok() {
+            target.send_connection.keep(conn);
+        } else {
+            conn.close_on_drop();
+        }
+    });
 }
 
 /// The multi-row INSERT for `chunk`; the delay travels in microseconds, the text as bytes

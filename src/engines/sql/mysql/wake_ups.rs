@@ -8,8 +8,9 @@
 //! polls keep their interval, as they do when a wake-up races a sleeper between two waits.
 //!
 //! The sender side keeps the sleepers it found (looked for again at most once a second while
-//! it sends), and ends them on the send's own connection right after its insert: one more
-//! statement per batch and sleeper, none while no other process idles. An end that meets a
+//! it sends), and ends them on the send's own connection right after its insert, once the
+//! send is answered: one more statement per batch and sleeper, none while no other process
+//! idles, and none on the send's own path. An end that meets a
 //! sleeper between two sleeps ends nothing (`KILL QUERY` on an idle connection is a no-op):
 //! the poll finds that message.
 
@@ -77,8 +78,15 @@ impl WakeUps {
         self.stop.cancel();
     }
 
+    /// Whether a committed insert has anything to do here: other processes' sleepers to end,
+    /// or a look for them due.
+    pub fn has_work(&self) -> bool {
+        let sleepers = self.sleepers.locked();
+        !sleepers.0.is_empty() || sleepers.1.is_none_or(|at| at.elapsed() >= REFRESH)
+    }
+
     /// An insert of this process committed on `conn` (the send's own connection, before it
-    /// is kept for the next send): the other processes' sleepers are ended there, found first
+    /// is kept for a later send): the other processes' sleepers are ended there, found first
     /// when the last look is a second old. Each statement is bounded; an error says the
     /// connection is not to be kept (the insert stands).
     pub async fn wake_others(&self, conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
