@@ -1,7 +1,6 @@
 //! The tokio runtime the addon runs its I/O on. One worker by default: the JavaScript side
-//! is one thread, and every wake-up of a second, parked worker is a context switch. Measured on
-//! a 2-core machine, a second worker bought no consume throughput and cost 30 % more CPU per
-//! send (5.4 context switches per sequential Redis send against 3).
+//! is one thread, and every wake-up of a second, parked worker is a context switch that buys
+//! no throughput for a process whose sends and claims come from one thread.
 
 /// The variable that overrides the number of worker threads (a positive integer).
 pub const WORKER_THREADS_VAR: &str = "NESTJS_MESSENGER_NATIVE_WORKER_THREADS";

@@ -1,7 +1,7 @@
 //! How message text is bound on MySQL/MariaDB: as bytes where the table's `body` and `headers`
 //! columns are utf8mb4, as text otherwise. A text parameter is measured by the server one
-//! character at a time before it is stored (its length in characters and its repertoire):
-//! for a 100 KB body that was about a third of MariaDB's CPU for the send. A bytes parameter
+//! character at a time before it is stored (its length in characters and its repertoire), a
+//! large share of the server's CPU for a large body. A bytes parameter
 //! skips that and is still checked as well-formed as it is copied into the column. Our text
 //! is always UTF-8, so bytes store exactly what text would, but only into utf8mb4 columns: a
 //! table whose DDL chose another character set (a migration's own) keeps text parameters,
