@@ -51,6 +51,19 @@ pub async fn bounded<T, E>(
     }
 }
 
+/// `fut`, a check's statement (or a few), bounded by [`CHECK_STATEMENT_BOUND`]; its failure in
+/// the dialect's words, named `what`, secrets scrubbed.
+pub async fn checked<D: SqlDialect, T>(
+    dsn: &SqlDsn,
+    what: &str,
+    fut: impl Future<Output = std::result::Result<T, sqlx::Error>>,
+) -> Result<T> {
+    bounded(CHECK_STATEMENT_BOUND, what, fut, |e| {
+        sql_error::<D>(what, e, &dsn.secrets)
+    })
+    .await
+}
+
 /// A driver error in the dialect's words (server errors with their code): failures below the
 /// database are connection errors, the server's own refusals transport errors.
 pub fn sql_error<D: SqlDialect>(what: &str, err: sqlx::Error, secrets: &[String]) -> Error {
@@ -145,6 +158,13 @@ pub async fn open_sqlite(path: &PathBuf, timeout: Duration) -> Result<(SqliteCon
     })
     .await?;
     Ok((conn, elapsed_ms(start)))
+}
+
+/// Closes a SQLite connection [`open_sqlite`] opened, bounded.
+pub async fn close_sqlite(conn: SqliteConnection) {
+    tokio::time::timeout(CHECK_STATEMENT_BOUND, conn.close())
+        .await
+        .ok();
 }
 
 /// A Redis command connection made as the transport makes its own, bounded by `timeout`.

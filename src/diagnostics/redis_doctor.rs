@@ -123,6 +123,22 @@ async fn tracking_check(report: &mut Report, conn: &mut Conn, secrets: &[String]
     }
 }
 
+/// What `command key` answers (XLEN, ZCARD) for a key whose type was just read; 0 if it fails.
+async fn size_of(
+    conn: &mut Conn,
+    (command, key): (&str, &str),
+    what: &str,
+    secrets: &[String],
+) -> i64 {
+    let mut cmd = redis::cmd(command);
+    cmd.arg(key);
+    redis_query(conn, &cmd, what, secrets)
+        .await
+        .ok()
+        .and_then(|v| as_int(&v))
+        .unwrap_or(0)
+}
+
 async fn stream_checks(report: &mut Report, t: &StreamTarget<'_>, conn: &mut Conn, stream: &str) {
     let secrets = &t.dsn.secrets;
     let delay_key = t.delay_key(stream);
@@ -150,13 +166,7 @@ async fn stream_checks(report: &mut Report, t: &StreamTarget<'_>, conn: &mut Con
     };
     match kind.as_str() {
         "stream" => {
-            let mut cmd = redis::cmd("XLEN");
-            cmd.arg(stream);
-            let len = redis_query(conn, &cmd, "stream", secrets)
-                .await
-                .ok()
-                .and_then(|v| as_int(&v))
-                .unwrap_or(0);
+            let len = size_of(conn, ("XLEN", stream), "stream", secrets).await;
             report.pass("stream", format!("{stream} exists ({len} entries)"));
         }
         "none" => {
@@ -218,13 +228,7 @@ async fn stream_checks(report: &mut Report, t: &StreamTarget<'_>, conn: &mut Con
     match redis_query(conn, &cmd, "delayed", secrets).await {
         Ok(value) => match as_text(&value).unwrap_or_default().as_str() {
             "zset" => {
-                let mut cmd = redis::cmd("ZCARD");
-                cmd.arg(&delay_key);
-                let n = redis_query(conn, &cmd, "delayed", secrets)
-                    .await
-                    .ok()
-                    .and_then(|v| as_int(&v))
-                    .unwrap_or(0);
+                let n = size_of(conn, ("ZCARD", &delay_key), "delayed", secrets).await;
                 report.pass("delayed", format!("{delay_key}: {n} delayed messages"));
             }
             "none" => report.pass("delayed", format!("{delay_key}: no delayed messages")),

@@ -75,10 +75,7 @@ pub fn id_ms(id: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
+    use crate::engines::redis::bulk;
 
     #[test]
     fn xinfo_groups_in_resp2_and_resp3() {

@@ -42,35 +42,33 @@ const fn id(ty: &'static str) -> Expected {
     }
 }
 
-const POSTGRES: [Expected; 7] = [
-    id("bigint"),
-    col("body", "text", false),
-    col("headers", "text", false),
-    col("queue_name", "character varying(190)", false),
-    col("created_at", "timestamp(3) with time zone", false),
-    col("available_at", "timestamp(3) with time zone", false),
-    col("delivered_at", "timestamp(3) with time zone", true),
-];
+/// The seven columns setup creates, in a dialect's types: the id's, the body's and headers',
+/// the queue name's and the three times'.
+const fn table(
+    id_ty: &'static str,
+    text: &'static str,
+    name: &'static str,
+    time: &'static str,
+) -> [Expected; 7] {
+    [
+        id(id_ty),
+        col("body", text, false),
+        col("headers", text, false),
+        col("queue_name", name, false),
+        col("created_at", time, false),
+        col("available_at", time, false),
+        col("delivered_at", time, true),
+    ]
+}
 
-const MYSQL: [Expected; 7] = [
-    id("bigint unsigned"),
-    col("body", "longtext", false),
-    col("headers", "longtext", false),
-    col("queue_name", "varchar(190)", false),
-    col("created_at", "datetime(3)", false),
-    col("available_at", "datetime(3)", false),
-    col("delivered_at", "datetime(3)", true),
-];
-
-const SQLITE: [Expected; 7] = [
-    id("integer"),
-    col("body", "text", false),
-    col("headers", "text", false),
-    col("queue_name", "varchar(190)", false),
-    col("created_at", "text", false),
-    col("available_at", "text", false),
-    col("delivered_at", "text", true),
-];
+const POSTGRES: [Expected; 7] = table(
+    "bigint",
+    "text",
+    "character varying(190)",
+    "timestamp(3) with time zone",
+);
+const MYSQL: [Expected; 7] = table("bigint unsigned", "longtext", "varchar(190)", "datetime(3)");
+const SQLITE: [Expected; 7] = table("integer", "text", "varchar(190)", "text");
 
 /// The claim index's columns, in order (every dialect).
 pub const INDEX_COLUMNS: [&str; 4] = ["queue_name", "available_at", "delivered_at", "id"];

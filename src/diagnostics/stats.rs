@@ -5,8 +5,7 @@
 //! nothing is created, changed or claimed.
 
 use super::connect::{
-    bounded, open_redis, open_server, open_sqlite, redis_query, sql_error, sqlite_file,
-    CHECK_STATEMENT_BOUND,
+    checked, close_sqlite, open_redis, open_server, open_sqlite, redis_query, sqlite_file,
 };
 use super::redis_values::{as_int, as_text, field, groups, id_ms, pairs, texts};
 use crate::engines::sql::mysql::MySql;
@@ -15,6 +14,7 @@ use crate::engines::sql::sqlite::Sqlite;
 use crate::support::dsn::{Dialect, RedisDsn, SqlDsn};
 use crate::support::error::{Error, ErrorKind, Result};
 use sqlx::{ColumnIndex, Decode, Row, Type};
+use std::future::Future;
 use std::time::Duration;
 
 /// One queue's (or one stream group's) numbers.
@@ -105,6 +105,28 @@ where
     Ok((stats, row.try_get::<Option<i64>, _>("max_id")?.unwrap_or(0)))
 }
 
+/// The queues' rows `sample` reads (started only when the table was `found`), or `None`.
+async fn sampled<R: Row>(
+    found: bool,
+    sample: impl Future<Output = std::result::Result<Vec<R>, sqlx::Error>>,
+    counted: bool,
+) -> std::result::Result<Option<Vec<(QueueStats, i64)>>, sqlx::Error>
+where
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> f64: Decode<'r, R::Database> + Type<R::Database>,
+    &'static str: ColumnIndex<R>,
+{
+    if !found {
+        return Ok(None);
+    }
+    let rows = sample.await?;
+    rows.iter()
+        .map(|r| queue_row(r, counted))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map(Some)
+}
+
 const PG_STATS: &str = "SELECT queue_name::text AS queue_name, \
     count(*) FILTER (WHERE delivered_at IS NULL AND available_at <= now()) AS ready, \
     count(*) FILTER (WHERE delivered_at IS NULL AND available_at > now()) AS delayed, \
@@ -136,103 +158,62 @@ pub async fn sql_stats(t: &SqlStatsTarget<'_>) -> Result<Stats> {
     let counted = after.is_some();
     let after = after.unwrap_or(i64::MAX);
     let missing = || not_found(format!("table {} does not exist", t.table));
-    let rows: Vec<(QueueStats, i64)> = match t.dsn.dialect {
+    let rows = match t.dsn.dialect {
         Dialect::Postgres => {
             let mut s = open_server::<Postgres>(t.dsn, t.connect_timeout).await?;
             let sql = PG_STATS.replace("{t}", t.table);
             let result = async {
-                let exists = sqlx::query("SELECT to_regclass($1) IS NOT NULL AS found")
+                let found = sqlx::query("SELECT to_regclass($1) IS NOT NULL AS found")
                     .bind(t.table)
                     .fetch_one(&mut s.conn)
                     .await?
                     .try_get::<bool, _>("found")?;
-                if !exists {
-                    return Ok(None);
-                }
-                let rows = sqlx::query(&sql)
-                    .bind(after)
-                    .bind(t.queue)
-                    .fetch_all(&mut s.conn)
-                    .await?;
-                rows.iter()
-                    .map(|r| queue_row(r, counted))
-                    .collect::<std::result::Result<Vec<_>, _>>()
-                    .map(Some)
+                let sample = sqlx::query(&sql).bind(after).bind(t.queue);
+                sampled(found, sample.fetch_all(&mut s.conn), counted).await
             };
-            let rows = bounded(CHECK_STATEMENT_BOUND, "stats", result, |e| {
-                sql_error::<Postgres>("stats", e, &t.dsn.secrets)
-            })
-            .await;
+            let rows = checked::<Postgres, _>(t.dsn, "stats", result).await;
             s.close().await;
-            rows?.ok_or_else(missing)?
+            rows
         }
         Dialect::MySql => {
             let mut s = open_server::<MySql>(t.dsn, t.connect_timeout).await?;
             let sql = MYSQL_STATS.replace("{t}", t.table);
             let result = async {
-                let exists = sqlx::query(
+                let tables: i64 = sqlx::query(
                     "SELECT COUNT(*) AS n FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
                 )
                 .bind(t.table)
                 .fetch_one(&mut s.conn)
                 .await?
-                .try_get::<i64, _>("n")?;
-                if exists == 0 {
-                    return Ok(None);
-                }
-                let rows = sqlx::query(&sql)
-                    .bind(after)
-                    .bind(t.queue)
-                    .bind(t.queue)
-                    .fetch_all(&mut s.conn)
-                    .await?;
-                rows.iter()
-                    .map(|r| queue_row(r, counted))
-                    .collect::<std::result::Result<Vec<_>, _>>()
-                    .map(Some)
+                .try_get("n")?;
+                let sample = sqlx::query(&sql).bind(after).bind(t.queue).bind(t.queue);
+                sampled(tables > 0, sample.fetch_all(&mut s.conn), counted).await
             };
-            let rows = bounded(CHECK_STATEMENT_BOUND, "stats", result, |e| {
-                sql_error::<MySql>("stats", e, &t.dsn.secrets)
-            })
-            .await;
+            let rows = checked::<MySql, _>(t.dsn, "stats", result).await;
             s.close().await;
-            rows?.ok_or_else(missing)?
+            rows
         }
         Dialect::Sqlite => {
             let path = sqlite_file(t.dsn)?;
             let (mut conn, _) = open_sqlite(&path, t.connect_timeout).await?;
             let sql = SQLITE_STATS.replace("{t}", t.table);
             let result = async {
-                let exists: i64 = sqlx::query(
+                let tables: i64 = sqlx::query(
                     "SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'table' AND name = ?1",
                 )
                 .bind(t.table)
                 .fetch_one(&mut conn)
                 .await?
                 .try_get("n")?;
-                if exists == 0 {
-                    return Ok(None);
-                }
-                let rows = sqlx::query(&sql)
-                    .bind(after)
-                    .bind(t.queue)
-                    .fetch_all(&mut conn)
-                    .await?;
-                rows.iter()
-                    .map(|r| queue_row(r, counted))
-                    .collect::<std::result::Result<Vec<_>, _>>()
-                    .map(Some)
+                let sample = sqlx::query(&sql).bind(after).bind(t.queue);
+                sampled(tables > 0, sample.fetch_all(&mut conn), counted).await
             };
-            let rows = bounded(CHECK_STATEMENT_BOUND, "stats", result, |e| {
-                sql_error::<Sqlite>("stats", e, &t.dsn.secrets)
-            })
-            .await;
-            tokio::time::timeout(CHECK_STATEMENT_BOUND, sqlx::Connection::close(conn))
-                .await
-                .ok();
-            rows?.ok_or_else(missing)?
+            let rows = checked::<Sqlite, _>(t.dsn, "stats", result).await;
+            close_sqlite(conn).await;
+            rows
         }
-    };
+    }?
+    .ok_or_else(missing)?;
     let top = rows.iter().map(|(_, max)| *max).max().unwrap_or(0);
     let cursor = if counted { top.max(after) } else { top };
     Ok(Stats {

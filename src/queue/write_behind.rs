@@ -39,33 +39,40 @@ struct State {
     outlasted_lease: bool,
 }
 
-pub struct WriteBehind {
+/// What the recorder ([`WriteBehind`]) and its flusher task both hold.
+struct Shared {
     engine: Arc<dyn Engine>,
     fence: Arc<Fence>,
     counters: Arc<Counters>,
-    state: Arc<Mutex<State>>,
-    work: Arc<Notify>,
-    idle: Arc<Notify>,
-    flusher: OnceLock<()>,
+    state: Mutex<State>,
+    work: Notify,
+    idle: Notify,
     stop: CancellationToken,
+}
+
+pub struct WriteBehind {
+    shared: Arc<Shared>,
+    flusher: OnceLock<()>,
 }
 
 impl WriteBehind {
     pub fn new(engine: Arc<dyn Engine>, fence: Arc<Fence>, counters: Arc<Counters>) -> Self {
         Self {
-            engine,
-            fence,
-            counters,
-            state: Arc::default(),
-            work: Arc::new(Notify::new()),
-            idle: Arc::new(Notify::new()),
+            shared: Arc::new(Shared {
+                engine,
+                fence,
+                counters,
+                state: Mutex::default(),
+                work: Notify::new(),
+                idle: Notify::new(),
+                stop: CancellationToken::new(),
+            }),
             flusher: OnceLock::new(),
-            stop: CancellationToken::new(),
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.locked()
+        self.shared.lock()
     }
 
     /// Acks recorded and not yet written.
@@ -82,7 +89,7 @@ impl WriteBehind {
     /// Ends the flusher (close): nothing is written after this. Returns how many recorded
     /// acks were never written.
     pub fn stop(&self) -> u64 {
-        self.stop.cancel();
+        self.shared.stop.cancel();
         self.pending()
     }
 
@@ -94,18 +101,9 @@ impl WriteBehind {
             state.recorded += 1;
         }
         self.flusher.get_or_init(|| {
-            let flusher = Flusher {
-                engine: self.engine.clone(),
-                fence: self.fence.clone(),
-                counters: self.counters.clone(),
-                state: self.state.clone(),
-                work: self.work.clone(),
-                idle: self.idle.clone(),
-                stop: self.stop.clone(),
-            };
-            tokio::spawn(flusher.run());
+            tokio::spawn(self.shared.clone().run());
         });
-        self.work.notify_one();
+        self.shared.work.notify_one();
     }
 
     /// Waits until every ack recorded so far is written. The flusher retries failed writes by
@@ -115,7 +113,7 @@ impl WriteBehind {
         let deadline = tokio::time::Instant::now() + patience;
         let target = self.lock().recorded;
         loop {
-            let idle = self.idle.notified();
+            let idle = self.shared.idle.notified();
             tokio::pin!(idle);
             idle.as_mut().enable();
             {
@@ -129,7 +127,7 @@ impl WriteBehind {
                     }));
                 }
             }
-            self.work.notify_one();
+            self.shared.work.notify_one();
             let _ = tokio::time::timeout_at(deadline, idle).await;
         }
     }
@@ -137,26 +135,17 @@ impl WriteBehind {
 
 impl Drop for WriteBehind {
     fn drop(&mut self) {
-        self.stop.cancel();
+        self.shared.stop.cancel();
     }
 }
 
-struct Flusher {
-    engine: Arc<dyn Engine>,
-    fence: Arc<Fence>,
-    counters: Arc<Counters>,
-    state: Arc<Mutex<State>>,
-    work: Arc<Notify>,
-    idle: Arc<Notify>,
-    stop: CancellationToken,
-}
-
-impl Flusher {
+/// The flusher task's side.
+impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.locked()
     }
 
-    async fn run(self) {
+    async fn run(self: Arc<Self>) {
         loop {
             tokio::select! {
                 _ = self.work.notified() => {}

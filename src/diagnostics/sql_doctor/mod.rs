@@ -13,9 +13,7 @@ use steps::SqlTarget;
 /// Runs one bounded statement on a connection, its error in the dialect's words.
 macro_rules! run {
     ($d:ty, $target:expr, $what:expr, $fut:expr) => {
-        bounded(CHECK_STATEMENT_BOUND, $what, $fut, |e| {
-            sql_error::<$d>($what, e, &$target.dsn.secrets)
-        })
+        crate::diagnostics::connect::checked::<$d, _>($target.dsn, $what, $fut)
     };
 }
 

@@ -1,22 +1,21 @@
 //! `doctor` on MySQL/MariaDB: SKIP LOCKED, the shared table and its index, and the isolation
 //! level the transport's connections run at.
 
-use super::steps::{connected, index_columns, or_fail, table_missing, SqlTarget};
-use crate::diagnostics::checks::{judge_clock, judge_version, Report};
-use crate::diagnostics::connect::{
-    bounded, host_now_ms, open_server, sql_error, SqlSession, CHECK_STATEMENT_BOUND,
+use super::steps::{
+    check_clock, check_index, check_skip_locked, check_version, connect, or_fail, table_missing,
+    SqlTarget,
 };
-use crate::diagnostics::schema::{judge_columns, judge_index, Column};
+use crate::diagnostics::checks::Report;
+use crate::diagnostics::connect::{bounded, sql_error, SqlSession, CHECK_STATEMENT_BOUND};
+use crate::diagnostics::schema::{judge_columns, Column};
 use crate::engines::sql::mysql::MySql;
 use crate::support::dsn::Dialect;
 use sqlx::{Executor, Row};
 
 pub(super) async fn doctor(report: &mut Report, target: &SqlTarget<'_>) {
-    let opened = open_server::<MySql>(target.dsn, target.connect_timeout).await;
-    let Some(mut s) = or_fail(report, "connect", opened) else {
+    let Some(mut s) = connect::<MySql>(report, target).await else {
         return;
     };
-    connected(report, target, s.connect_ms);
     mysql_checks(report, target, &mut s).await;
     s.close().await;
 }
@@ -36,55 +35,20 @@ fn mysql_type(ty: &str) -> String {
 }
 
 async fn mysql_checks(report: &mut Report, t: &SqlTarget<'_>, s: &mut SqlSession<MySql>) {
-    let version = run!(
-        MySql,
-        t,
-        "server version",
-        s.conn.fetch_one("SELECT VERSION() AS v")
-    )
-    .await
-    .and_then(|row| {
-        row.try_get::<String, _>("v")
-            .map_err(|e| sql_error::<MySql>("server version", e, &[]))
-    });
-    if let Some(version) = or_fail(report, "server version", version) {
+    let read = s.conn.fetch_one("SELECT VERSION() AS v");
+    let version = run!(MySql, t, "server version", read);
+    check_version::<MySql, _, _>(report, version, "v", |version| {
         if version.to_ascii_lowercase().contains("mariadb") {
-            judge_version(
-                report,
-                "server version",
-                "MariaDB",
-                &version,
-                (10, 6, 0),
-                "FOR UPDATE SKIP LOCKED",
-            );
+            ("MariaDB", (10, 6, 0), "FOR UPDATE SKIP LOCKED")
         } else {
-            judge_version(
-                report,
-                "server version",
-                "MySQL",
-                &version,
-                (8, 0, 4),
-                "FOR UPDATE SKIP LOCKED and JSON_TABLE",
-            );
+            ("MySQL", (8, 0, 4), "FOR UPDATE SKIP LOCKED and JSON_TABLE")
         }
-    }
-    let sent = host_now_ms();
-    let clock = run!(
-        MySql,
-        t,
-        "clock",
-        s.conn
-            .fetch_one("SELECT UNIX_TIMESTAMP(NOW(3)) * 1e3 AS ms")
-    )
+    })
     .await;
-    if let Some(row) = or_fail(report, "clock", clock) {
-        judge_clock(
-            report,
-            row.try_get("ms").unwrap_or(f64::NAN),
-            sent,
-            host_now_ms(),
-        );
-    }
+    let now = s
+        .conn
+        .fetch_one("SELECT UNIX_TIMESTAMP(NOW(3)) * 1e3 AS ms");
+    check_clock(report, run!(MySql, t, "clock", now)).await;
     let columns = run!(
         MySql,
         t,
@@ -124,30 +88,20 @@ async fn mysql_checks(report: &mut Report, t: &SqlTarget<'_>, s: &mut SqlSession
             })
             .collect();
         judge_columns(report, Dialect::MySql, t.table, &found);
-        let indexes = run!(
-            MySql,
-            t,
-            "claim index",
-            sqlx::query(
-                "SELECT CAST(index_name AS CHAR) AS index_name, CAST(column_name AS CHAR) AS column_name \
-                   FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = ? \
-                  ORDER BY index_name, seq_in_index",
-            )
-            .bind(t.table)
-            .fetch_all(&mut s.conn)
+        let indexes = sqlx::query(
+            "SELECT CAST(index_name AS CHAR) AS index_name, CAST(column_name AS CHAR) AS column_name \
+               FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = ? \
+              ORDER BY index_name, seq_in_index",
         )
-        .await;
-        if let Some(rows) = or_fail(report, "claim index", indexes) {
-            judge_index(report, t.table, &index_columns(&rows));
-        }
+        .bind(t.table);
+        let indexes = indexes.fetch_all(&mut s.conn);
+        check_index(report, t, run!(MySql, t, "claim index", indexes)).await;
         let probe = format!(
             "SELECT id FROM {} WHERE 1 = 0 FOR UPDATE SKIP LOCKED",
             t.table
         );
-        let skip = run!(MySql, t, "skip locked", s.conn.execute(probe.as_str())).await;
-        if or_fail(report, "skip locked", skip).is_some() {
-            report.pass("skip locked", "FOR UPDATE SKIP LOCKED accepted");
-        }
+        let skip = s.conn.execute(probe.as_str());
+        check_skip_locked(report, run!(MySql, t, "skip locked", skip)).await;
     }
     isolation(report, t, s).await;
 }

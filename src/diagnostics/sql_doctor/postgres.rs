@@ -1,70 +1,42 @@
 //! `doctor` on PostgreSQL: SKIP LOCKED, the shared table and its index, and a LISTEN/NOTIFY
 //! round trip on a channel of the doctor's own.
 
-use super::steps::{connected, index_columns, or_fail, table_missing, SqlTarget};
-use crate::diagnostics::checks::{judge_clock, judge_version, Report};
-use crate::diagnostics::connect::{
-    bounded, host_now_ms, open_server, sql_error, SqlSession, CHECK_STATEMENT_BOUND,
+use super::steps::{
+    check_clock, check_index, check_skip_locked, check_version, connect, or_fail, table_missing,
+    SqlTarget,
 };
-use crate::diagnostics::schema::{judge_columns, judge_index, Column};
+use crate::diagnostics::checks::Report;
+use crate::diagnostics::connect::{bounded, sql_error, SqlSession, CHECK_STATEMENT_BOUND};
+use crate::diagnostics::schema::{judge_columns, Column};
 use crate::engines::sql::postgres::Postgres;
 use crate::support::dsn::Dialect;
 use sqlx::postgres::PgListener;
 use sqlx::{Executor, Row};
 use std::time::{Duration, Instant};
 
+/// The oldest release the statements run on, and what they need from it.
+const OLDEST: (&str, (u32, u32, u32), &str) = ("PostgreSQL", (10, 0, 0), "identity columns");
+
+/// The server's now in epoch milliseconds.
+const NOW_MS: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms";
+
 /// How long the LISTEN/NOTIFY round trip may take.
 const NOTIFY_BOUND: Duration = Duration::from_secs(2);
 
 pub(super) async fn doctor(report: &mut Report, target: &SqlTarget<'_>) {
-    let opened = open_server::<Postgres>(target.dsn, target.connect_timeout).await;
-    let Some(mut s) = or_fail(report, "connect", opened) else {
+    let Some(mut s) = connect::<Postgres>(report, target).await else {
         return;
     };
-    connected(report, target, s.connect_ms);
     postgres_checks(report, target, &mut s).await;
     s.close().await;
 }
 
 async fn postgres_checks(report: &mut Report, t: &SqlTarget<'_>, s: &mut SqlSession<Postgres>) {
-    let version = run!(
-        Postgres,
-        t,
-        "server version",
-        s.conn.fetch_one("SHOW server_version")
-    )
-    .await
-    .and_then(|row| {
-        row.try_get::<String, _>(0)
-            .map_err(|e| sql_error::<Postgres>("server version", e, &[]))
-    });
-    if let Some(version) = or_fail(report, "server version", version) {
-        judge_version(
-            report,
-            "server version",
-            "PostgreSQL",
-            &version,
-            (10, 0, 0),
-            "identity columns",
-        );
-    }
-    let sent = host_now_ms();
-    let clock = run!(
-        Postgres,
-        t,
-        "clock",
-        s.conn
-            .fetch_one("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms")
-    )
-    .await;
-    if let Some(row) = or_fail(report, "clock", clock) {
-        judge_clock(
-            report,
-            row.try_get("ms").unwrap_or(f64::NAN),
-            sent,
-            host_now_ms(),
-        );
-    }
+    let read = s.conn.fetch_one("SHOW server_version");
+    let version = run!(Postgres, t, "server version", read);
+    check_version::<Postgres, _, _>(report, version, 0, |_| OLDEST).await;
+    let now = s.conn.fetch_one(NOW_MS);
+    check_clock(report, run!(Postgres, t, "clock", now)).await;
     let exists = run!(
         Postgres,
         t,
@@ -110,24 +82,16 @@ async fn postgres_checks(report: &mut Report, t: &SqlTarget<'_>, s: &mut SqlSess
                 .collect();
             judge_columns(report, Dialect::Postgres, t.table, &found);
         }
-        let indexes = run!(
-            Postgres,
-            t,
-            "claim index",
-            sqlx::query(
-                "SELECT c.relname::text AS index_name, a.attname::text AS column_name \
-                   FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
-                   CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
-                   JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
-                  WHERE i.indrelid = to_regclass($1) ORDER BY c.relname, k.ord",
-            )
-            .bind(t.table)
-            .fetch_all(&mut s.conn)
+        let indexes = sqlx::query(
+            "SELECT c.relname::text AS index_name, a.attname::text AS column_name \
+               FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+               CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
+               JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+              WHERE i.indrelid = to_regclass($1) ORDER BY c.relname, k.ord",
         )
-        .await;
-        if let Some(rows) = or_fail(report, "claim index", indexes) {
-            judge_index(report, t.table, &index_columns(&rows));
-        }
+        .bind(t.table);
+        let indexes = indexes.fetch_all(&mut s.conn);
+        check_index(report, t, run!(Postgres, t, "claim index", indexes)).await;
     }
     let probe = if found.try_get::<bool, _>("found").unwrap_or(false) {
         format!(
@@ -137,10 +101,8 @@ async fn postgres_checks(report: &mut Report, t: &SqlTarget<'_>, s: &mut SqlSess
     } else {
         "SELECT 1 FROM (VALUES (1)) AS v(x) FOR UPDATE SKIP LOCKED".to_owned()
     };
-    let skip = run!(Postgres, t, "skip locked", s.conn.execute(probe.as_str())).await;
-    if or_fail(report, "skip locked", skip).is_some() {
-        report.pass("skip locked", "FOR UPDATE SKIP LOCKED accepted");
-    }
+    let skip = s.conn.execute(probe.as_str());
+    check_skip_locked(report, run!(Postgres, t, "skip locked", skip)).await;
     notify_round_trip(report, t, s).await;
 }
 

@@ -1,13 +1,13 @@
 //! `doctor` on SQLite: the file, its journal mode, and the shared table and its index.
 
-use super::steps::{index_columns, or_fail, table_missing, SqlTarget};
+use super::steps::{check_index, or_fail, table_missing, SqlTarget};
 use crate::diagnostics::checks::{judge_version, Report};
-use crate::diagnostics::connect::{
-    bounded, open_sqlite, sql_error, sqlite_file, CHECK_STATEMENT_BOUND,
-};
-use crate::diagnostics::schema::{judge_columns, judge_index, Column};
+use crate::diagnostics::connect::{close_sqlite, open_sqlite, sqlite_file};
+use crate::diagnostics::schema::{judge_columns, Column};
+use crate::engines::sql::sqlite::Sqlite;
 use crate::support::dsn::Dialect;
 use crate::support::error::ErrorKind;
+use sqlx::sqlite::SqliteConnection;
 use sqlx::{Executor, Row};
 
 pub(super) async fn doctor(report: &mut Report, target: &SqlTarget<'_>) {
@@ -36,16 +36,16 @@ pub(super) async fn doctor(report: &mut Report, target: &SqlTarget<'_>) {
         return;
     };
     report.pass("file", format!("{} opened in {ms} ms", path.display()));
-    use crate::engines::sql::sqlite::Sqlite;
-    let version = run!(
-        Sqlite,
+    let step = ("sqlite version", "version");
+    let version = read_text(
+        report,
         target,
-        "version",
-        conn.fetch_one("SELECT sqlite_version() AS v")
+        &mut conn,
+        step,
+        "SELECT sqlite_version() AS v",
     )
     .await;
-    if let Some(row) = or_fail(report, "sqlite version", version) {
-        let v: String = row.try_get("v").unwrap_or_default();
+    if let Some(v) = version {
         judge_version(
             report,
             "sqlite version",
@@ -55,15 +55,9 @@ pub(super) async fn doctor(report: &mut Report, target: &SqlTarget<'_>) {
             "UPDATE … RETURNING",
         );
     }
-    let mode = run!(
-        Sqlite,
-        target,
-        "journal mode",
-        conn.fetch_one("PRAGMA journal_mode")
-    )
-    .await;
-    if let Some(row) = or_fail(report, "journal mode", mode) {
-        let mode: String = row.try_get(0).unwrap_or_default();
+    let step = ("journal mode", "journal mode");
+    let mode = read_text(report, target, &mut conn, step, "PRAGMA journal_mode").await;
+    if let Some(mode) = mode {
         if mode.eq_ignore_ascii_case("wal") {
             report.pass("journal mode", "wal (readers and a writer side by side)");
         } else {
@@ -106,25 +100,29 @@ pub(super) async fn doctor(report: &mut Report, target: &SqlTarget<'_>) {
                 })
                 .collect();
             judge_columns(report, Dialect::Sqlite, target.table, &found);
-            let indexes = run!(
-                Sqlite,
-                target,
-                "claim index",
-                sqlx::query(
-                    "SELECT il.name AS index_name, ii.name AS column_name \
-                       FROM pragma_index_list(?1) AS il, pragma_index_info(il.name) AS ii \
-                      ORDER BY il.name, ii.seqno",
-                )
-                .bind(target.table)
-                .fetch_all(&mut conn)
+            let indexes = sqlx::query(
+                "SELECT il.name AS index_name, ii.name AS column_name \
+                   FROM pragma_index_list(?1) AS il, pragma_index_info(il.name) AS ii \
+                  ORDER BY il.name, ii.seqno",
             )
-            .await;
-            if let Some(rows) = or_fail(report, "claim index", indexes) {
-                judge_index(report, target.table, &index_columns(&rows));
-            }
+            .bind(target.table);
+            let indexes = indexes.fetch_all(&mut conn);
+            check_index(report, target, run!(Sqlite, target, "claim index", indexes)).await;
         }
     }
-    tokio::time::timeout(CHECK_STATEMENT_BOUND, sqlx::Connection::close(conn))
-        .await
-        .ok();
+    close_sqlite(conn).await;
+}
+
+/// The text in the first column of the row `sql` gives (empty when it is not text); on a
+/// failure, `None` after the FAIL line of step `name`, whose message says `what` failed.
+async fn read_text(
+    report: &mut Report,
+    target: &SqlTarget<'_>,
+    conn: &mut SqliteConnection,
+    (name, what): (&str, &str),
+    sql: &str,
+) -> Option<String> {
+    let row = run!(Sqlite, target, what, conn.fetch_one(sql)).await;
+    let row = or_fail(report, name, row)?;
+    Some(row.try_get(0).unwrap_or_default())
 }

@@ -1,10 +1,16 @@
-//! What every dialect's doctor does alike: the target it looks at, the connect line, a
-//! step's failure as a FAIL line, the missing-table line, and index rows grouped by index.
+//! What every dialect's doctor does alike: the target it looks at, the connection to a server,
+//! a step's failure as a FAIL line, the server's version and clock, the missing-table line,
+//! the claim index, and the SKIP LOCKED probe. A step is handed its statement's future, not
+//! yet started, so that each dialect writes its own SQL on its own connection.
 
-use crate::diagnostics::checks::Report;
+use crate::diagnostics::checks::{judge_clock, judge_version, Report};
+use crate::diagnostics::connect::{host_now_ms, open_server, sql_error, SqlSession};
+use crate::diagnostics::schema::judge_index;
+use crate::engines::sql::SqlDialect;
 use crate::support::dsn::SqlDsn;
 use crate::support::error::Result;
-use sqlx::Row;
+use sqlx::{ColumnIndex, Decode, Row, Type};
+use std::future::Future;
 use std::time::Duration;
 
 /// What the SQL doctor looks at.
@@ -16,8 +22,86 @@ pub struct SqlTarget<'a> {
     pub auto_setup: bool,
 }
 
-pub(super) fn connected(report: &mut Report, target: &SqlTarget<'_>, ms: u128) {
+/// Connects to a server dialect as its transport does: the connect line, or its FAIL line and
+/// `None`.
+pub(super) async fn connect<D: SqlDialect>(
+    report: &mut Report,
+    target: &SqlTarget<'_>,
+) -> Option<SqlSession<D>> {
+    let opened = open_server::<D>(target.dsn, target.connect_timeout).await;
+    let session = or_fail(report, "connect", opened)?;
+    let ms = session.connect_ms;
     report.pass("connect", format!("{} in {ms} ms", target.dsn.redacted));
+    Some(session)
+}
+
+/// The server's version (column `column` of the row `read` gives) against the oldest release
+/// `minimum` names for it: `(product, release, what needs it)`.
+pub(super) async fn check_version<D: SqlDialect, R: Row, I: ColumnIndex<R>>(
+    report: &mut Report,
+    read: impl Future<Output = Result<R>>,
+    column: I,
+    minimum: impl FnOnce(&str) -> (&'static str, (u32, u32, u32), &'static str),
+) where
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let version = read.await.and_then(|row| {
+        row.try_get::<String, _>(column)
+            .map_err(|e| sql_error::<D>("server version", e, &[]))
+    });
+    if let Some(version) = or_fail(report, "server version", version) {
+        let (product, release, needed_for) = minimum(&version);
+        judge_version(
+            report,
+            "server version",
+            product,
+            &version,
+            release,
+            needed_for,
+        );
+    }
+}
+
+/// The server's clock against this host's: `read` gives the server's now in epoch
+/// milliseconds, as column `ms`.
+pub(super) async fn check_clock<R: Row>(report: &mut Report, read: impl Future<Output = Result<R>>)
+where
+    for<'r> f64: Decode<'r, R::Database> + Type<R::Database>,
+    &'static str: ColumnIndex<R>,
+{
+    let sent = host_now_ms();
+    if let Some(row) = or_fail(report, "clock", read.await) {
+        judge_clock(
+            report,
+            row.try_get("ms").unwrap_or(f64::NAN),
+            sent,
+            host_now_ms(),
+        );
+    }
+}
+
+/// The claim index against what setup creates: `read` gives `(index_name, column_name)` rows.
+pub(super) async fn check_index<R: Row>(
+    report: &mut Report,
+    target: &SqlTarget<'_>,
+    read: impl Future<Output = Result<Vec<R>>>,
+) where
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    &'static str: ColumnIndex<R>,
+{
+    if let Some(rows) = or_fail(report, "claim index", read.await) {
+        judge_index(report, target.table, &index_columns(&rows));
+    }
+}
+
+/// `probe` runs a statement with `FOR UPDATE SKIP LOCKED`.
+pub(super) async fn check_skip_locked<T>(
+    report: &mut Report,
+    probe: impl Future<Output = Result<T>>,
+) {
+    if or_fail(report, "skip locked", probe.await).is_some() {
+        report.pass("skip locked", "FOR UPDATE SKIP LOCKED accepted");
+    }
 }
 
 /// The verdict of one step: its failure becomes a FAIL line named `name`.
@@ -51,10 +135,10 @@ pub(super) fn table_missing(report: &mut Report, target: &SqlTarget<'_>) {
 }
 
 /// `(index_name, column_name)` rows in index and column order → index → columns.
-pub(super) fn index_columns<R: Row>(rows: &[R]) -> Vec<(String, Vec<String>)>
+fn index_columns<R: Row>(rows: &[R]) -> Vec<(String, Vec<String>)>
 where
-    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    &'static str: sqlx::ColumnIndex<R>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    &'static str: ColumnIndex<R>,
 {
     let mut out: Vec<(String, Vec<String>)> = Vec::new();
     for row in rows {

@@ -208,19 +208,7 @@ impl Engine for RedisQueue {
     }
 
     fn list(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
-        Box::pin(async move {
-            let mut conn = self.stream.conn("list").await?;
-            let reply: Value = redis::cmd("XRANGE")
-                .arg(&self.stream.config.stream)
-                .arg("-")
-                .arg("+")
-                .arg("COUNT")
-                .arg(limit)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| self.stream.err("list", &e))?;
-            Ok(complete(parse_entries(&reply)))
-        })
+        Box::pin(self.entries("list", ("-", "+"), Some(limit)))
     }
 
     fn find(&self, id: String) -> BoxFuture<'_, Result<Option<StoredMessage>>> {
@@ -228,15 +216,8 @@ impl Engine for RedisQueue {
             if !is_stream_id(&id) {
                 return Ok(None);
             }
-            let mut conn = self.stream.conn("find").await?;
-            let reply: Value = redis::cmd("XRANGE")
-                .arg(&self.stream.config.stream)
-                .arg(&id)
-                .arg(&id)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| self.stream.err("find", &e))?;
-            Ok(complete(parse_entries(&reply)).into_iter().next())
+            let found = self.entries("find", (&id, &id), None).await?;
+            Ok(found.into_iter().next())
         })
     }
 
@@ -299,6 +280,27 @@ impl Engine for RedisQueue {
 }
 
 impl RedisQueue {
+    /// The stream's complete entries from `start` to `end` (`XRANGE`, at most `count`), for
+    /// operation `op`.
+    async fn entries(
+        &self,
+        op: &str,
+        (start, end): (&str, &str),
+        count: Option<u32>,
+    ) -> Result<Vec<StoredMessage>> {
+        let mut conn = self.stream.conn(op).await?;
+        let mut xrange = redis::cmd("XRANGE");
+        xrange.arg(&self.stream.config.stream).arg(start).arg(end);
+        if let Some(count) = count {
+            xrange.arg("COUNT").arg(count);
+        }
+        let reply: Value = xrange
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.stream.err(op, &e))?;
+        Ok(complete(parse_entries(&reply)))
+    }
+
     /// Acks and deletes: by id those without a token (`find()` results), fenced by our
     /// pending ownership the others; returns how many fenced ones were no longer ours.
     async fn delete_held(&self, held: Vec<Held>) -> Result<u64> {

@@ -69,6 +69,15 @@ fn messages(due: usize, delayed: usize) -> Vec<NewMessage> {
         .collect()
 }
 
+/// What `command key` answers: XLEN, ZCARD.
+async fn size_of(conn: &mut redis::aio::MultiplexedConnection, command: &str, key: &str) -> u64 {
+    redis::cmd(command)
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect(command)
+}
+
 /// How often the server has run scripts by their digest (`EVALSHA`) so far.
 async fn scripts_run(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
     let info: String = redis::cmd("INFO")
@@ -110,11 +119,7 @@ async fn a_batch_whose_delayed_part_fails_answers_each_message_for_itself() {
                 .map(|e| (e.outcome(), e.cause.as_ref().and_then(|c| c.code.clone())))
         })
         .collect();
-    let length: u64 = redis::cmd("XLEN")
-        .arg(&stream)
-        .query_async(&mut conn)
-        .await
-        .expect("XLEN");
+    let length = size_of(&mut conn, "XLEN", &stream).await;
     remove(&queue, &mut conn).await;
     assert_eq!(stored, 20, "every due message is answered as stored");
     assert_eq!(
@@ -142,11 +147,7 @@ async fn a_batch_of_delayed_messages_is_one_script_call() {
         .insert_batch(&batch, SendBatch::new(&queue.writer.marker_names, &batch))
         .await;
     let calls = scripts_run(&mut conn).await - before;
-    let members: u64 = redis::cmd("ZCARD")
-        .arg(&delay_key)
-        .query_async(&mut conn)
-        .await
-        .expect("ZCARD");
+    let members = size_of(&mut conn, "ZCARD", &delay_key).await;
     remove(&queue, &mut conn).await;
     assert!(answers.iter().all(Result::is_ok));
     assert_eq!(members, 51);

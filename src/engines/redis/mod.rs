@@ -40,5 +40,8 @@ mod stream;
 mod stream_queue;
 mod writes;
 
+/// Builds replies in the tests of what parses them (here and in `diagnostics`).
+#[cfg(test)]
+pub(crate) use replies::bulk;
 pub use stream::StreamConfig;
 pub use stream_queue::RedisQueue;

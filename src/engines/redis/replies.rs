@@ -206,13 +206,15 @@ pub fn read_reply_tops(value: &Value) -> Vec<(String, StreamId)> {
         .collect()
 }
 
+/// A bulk string reply, for tests that build replies.
+#[cfg(test)]
+pub(crate) fn bulk(s: &str) -> Value {
+    Value::BulkString(s.as_bytes().to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
 
     #[test]
     fn stream_ids() {

@@ -77,13 +77,6 @@ pub trait Driver: Database + HasStatementCache {
         params: &'a [Param<'a>],
     ) -> BoxFuture<'a, SqlResult<Vec<StoredMessage>>>;
 
-    /// At most one `(id, body, headers)` row.
-    fn fetch_message<'a>(
-        runner: Runner<'a, Self>,
-        sql: &'a str,
-        params: &'a [Param<'a>],
-    ) -> BoxFuture<'a, SqlResult<Option<StoredMessage>>>;
-
     /// The `count` column of a one-row result.
     fn fetch_count<'a>(
         runner: Runner<'a, Self>,
@@ -170,28 +163,12 @@ where
         })
     }
 
-    fn fetch_message<'a>(
-        runner: Runner<'a, Self>,
-        sql: &'a str,
-        params: &'a [Param<'a>],
-    ) -> BoxFuture<'a, SqlResult<Option<StoredMessage>>> {
-        Box::pin(async move {
-            let rows = bound_rows::<DB>(runner, sql, params).await?;
-            rows.first().map(Self::message_of).transpose()
-        })
-    }
-
     fn fetch_count<'a>(
         runner: Runner<'a, Self>,
         sql: &'a str,
         params: &'a [Param<'a>],
     ) -> BoxFuture<'a, SqlResult<i64>> {
-        Box::pin(async move {
-            let rows = bound_rows::<DB>(runner, sql, params).await?;
-            rows.first()
-                .ok_or(sqlx::Error::RowNotFound)?
-                .try_get::<i64, _>("count")
-        })
+        first_value(bound_rows::<DB>(runner, sql, params), "count")
     }
 
     fn fetch_wait_ms<'a>(
@@ -199,12 +176,7 @@ where
         sql: &'a str,
         params: &'a [Param<'a>],
     ) -> BoxFuture<'a, SqlResult<Option<f64>>> {
-        Box::pin(async move {
-            let rows = bound_rows::<DB>(runner, sql, params).await?;
-            rows.first()
-                .ok_or(sqlx::Error::RowNotFound)?
-                .try_get::<Option<f64>, _>("wait_ms")
-        })
+        first_value(bound_rows::<DB>(runner, sql, params), "wait_ms")
     }
 
     fn fetch_held(pool: &Pool<Self>, sql: String) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
@@ -302,6 +274,23 @@ where
         Err(sqlx::Error::ColumnDecode { .. }) => Ok(String::new()),
         other => other,
     }
+}
+
+/// Column `column` of the first of `rows` (a one-row result).
+fn first_value<'a, R: Row, T>(
+    rows: BoxFuture<'a, SqlResult<Vec<R>>>,
+    column: &'static str,
+) -> BoxFuture<'a, SqlResult<T>>
+where
+    T: for<'r> Decode<'r, R::Database> + Type<R::Database> + Send + 'a,
+    &'static str: ColumnIndex<R>,
+{
+    Box::pin(async move {
+        let rows = rows.await?;
+        rows.first()
+            .ok_or(sqlx::Error::RowNotFound)?
+            .try_get::<T, _>(column)
+    })
 }
 
 /// The rows of `sql` with `params` bound, run as `runner` says.

@@ -186,6 +186,47 @@ impl<D: SqlDialect> TableQueue<D> {
         Ok(stored.ids)
     }
 
+    /// An idempotent operation: each `attempt` repeated as [`retry`] allows, all of it bounded
+    /// (with `reach`, reaching the target first); its error the user's.
+    async fn retried<T, Fut>(
+        &self,
+        op: &str,
+        reach: bool,
+        attempt: impl FnMut() -> Fut,
+    ) -> Result<T>
+    where
+        Fut: std::future::Future<Output = SqlResult<T>>,
+    {
+        self.bounded(op, None, async {
+            if reach {
+                self.ready(op).await?;
+            }
+            retry(
+                Repeat::Idempotent,
+                MAX_POOL_CONNECTIONS,
+                |e| self.cx.target.classify(e),
+                attempt,
+            )
+            .await
+            .map_err(|e| self.cx.err(op, e))
+        })
+        .await
+    }
+
+    /// A read of the table (list, find, count): once the target is reachable, bounded, its
+    /// error the user's.
+    async fn read<T>(
+        &self,
+        op: &str,
+        statement: impl std::future::Future<Output = SqlResult<T>>,
+    ) -> Result<T> {
+        self.bounded(op, None, async {
+            self.ready(op).await?;
+            statement.await.map_err(|e| self.cx.err(op, e))
+        })
+        .await
+    }
+
     /// The queue-and-lease binds of the `count` and `next_due` statements.
     fn queue_and_lease(&self) -> [Param<'_>; 2] {
         [
@@ -213,22 +254,9 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
     }
 
     fn setup(&self) -> BoxFuture<'_, Result<()>> {
-        Box::pin(self.bounded("setup", None, async move {
-            self.ready("setup").await?;
-            retry(
-                Repeat::Idempotent,
-                MAX_POOL_CONNECTIONS,
-                |e| self.cx.target.classify(e),
-                || {
-                    D::Db::set_up(
-                        &self.cx.target.pool,
-                        self.shared_sql.setup_done.as_deref(),
-                        &self.shared_sql.setup,
-                    )
-                },
-            )
-            .await
-            .map_err(|e| self.cx.err("setup", e))
+        let sql = &self.shared_sql;
+        Box::pin(self.retried("setup", true, || {
+            D::Db::set_up(&self.cx.target.pool, sql.setup_done.as_deref(), &sql.setup)
         }))
     }
 
@@ -243,17 +271,7 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
     }
 
     fn claim(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
-        Box::pin(self.bounded("claim", None, async move {
-            self.ready("claim").await?;
-            retry(
-                Repeat::Idempotent,
-                MAX_POOL_CONNECTIONS,
-                |e| self.cx.target.classify(e),
-                || self.claim_once(limit),
-            )
-            .await
-            .map_err(|e| self.cx.err("claim", e))
-        }))
+        Box::pin(self.retried("claim", true, move || self.claim_once(limit)))
     }
 
     fn idle<'a>(
@@ -316,16 +334,7 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
                     held_condition(&rows, D::TOKEN_OF)
                 );
                 let deleted = self
-                    .bounded("ack", None, async {
-                        retry(
-                            Repeat::Idempotent,
-                            MAX_POOL_CONNECTIONS,
-                            |e| self.cx.target.classify(e),
-                            || self.delete_rows(&sql),
-                        )
-                        .await
-                        .map_err(|e| self.cx.err("ack", e))
-                    })
+                    .retried("ack", false, || self.delete_rows(&sql))
                     .await?;
                 if rows[0].token.is_some() {
                     stale = (rows.len() as u64).saturating_sub(deleted);
@@ -340,24 +349,9 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             let Some(id) = row_id(&held.id) else {
                 return Ok(None);
             };
+            let token = held.token.and_then(ClaimToken::delivered_at);
             let copied = self
-                .bounded("reject", None, async {
-                    retry(
-                        Repeat::Idempotent,
-                        MAX_POOL_CONNECTIONS,
-                        |e| self.cx.target.classify(e),
-                        || {
-                            D::redeliver(
-                                &self.cx,
-                                id,
-                                held.token.and_then(ClaimToken::delivered_at),
-                                &copy,
-                            )
-                        },
-                    )
-                    .await
-                    .map_err(|e| self.cx.err("reject", e))
-                })
+                .retried("reject", false, || D::redeliver(&self.cx, id, token, &copy))
                 .await?;
             if copied.is_some() {
                 self.expect_due(copy.delay_ms);
@@ -375,29 +369,19 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             let condition = held_condition(&rows, D::TOKEN_OF);
             // Idempotent (it only clears a claim), so a stale pooled connection is retried:
             // otherwise released rows would stay hidden for the whole lease.
-            self.bounded("release", None, async {
-                retry(
-                    Repeat::Idempotent,
-                    MAX_POOL_CONNECTIONS,
-                    |e| self.cx.target.classify(e),
-                    || D::release(&self.cx, condition.clone()),
-                )
+            self.retried("release", false, || D::release(&self.cx, condition.clone()))
                 .await
-                .map_err(|e| self.cx.err("release", e))
-            })
-            .await
         })
     }
 
     fn list(&self, limit: u32) -> BoxFuture<'_, Result<Vec<StoredMessage>>> {
         Box::pin(async move {
             let params = [Param::Text(&self.cx.config.queue), Param::Int(limit.into())];
-            self.bounded("list", None, async {
-                self.ready("list").await?;
-                D::Db::fetch_messages(self.cx.target.runner(), &self.shared_sql.list, &params)
-                    .await
-                    .map_err(|e| self.cx.err("list", e))
-            })
+            let list = &self.shared_sql.list;
+            self.read(
+                "list",
+                D::Db::fetch_messages(self.cx.target.runner(), list, &params),
+            )
             .await
         })
     }
@@ -407,30 +391,20 @@ impl<D: SqlDialect> Engine for TableQueue<D> {
             let Some(id) = row_id(&id) else {
                 return Ok(None);
             };
-            self.bounded("find", None, async {
-                self.ready("find").await?;
-                D::Db::fetch_message(
-                    self.cx.target.runner(),
-                    &self.shared_sql.find,
-                    &[Param::Int(id)],
-                )
-                .await
-                .map_err(|e| self.cx.err("find", e))
-            })
-            .await
+            let params = [Param::Int(id)];
+            let find = &self.shared_sql.find;
+            let found = D::Db::fetch_messages(self.cx.target.runner(), find, &params);
+            // The id is the primary key: one row at most.
+            Ok(self.read("find", found).await?.into_iter().next())
         })
     }
 
     fn count(&self) -> BoxFuture<'_, Result<i64>> {
         Box::pin(async move {
             let params = self.queue_and_lease();
-            self.bounded("count", None, async {
-                self.ready("count").await?;
-                D::Db::fetch_count(self.cx.target.runner(), &self.shared_sql.count, &params)
-                    .await
-                    .map_err(|e| self.cx.err("count", e))
-            })
-            .await
+            let count = &self.shared_sql.count;
+            let counted = D::Db::fetch_count(self.cx.target.runner(), count, &params);
+            self.read("count", counted).await
         })
     }
 

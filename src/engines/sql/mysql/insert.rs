@@ -57,35 +57,58 @@ pub async fn insert_once(
     ranges: &[Range<usize>],
 ) -> SqlResult<Vec<String>> {
     let step = queue.target.extra.id_step.load(Ordering::Relaxed);
-    let ids_of =
-        |first: u64, rows: usize| (0..rows as u64).map(move |i| (first + i * step).to_string());
     let mut ids = Vec::with_capacity(messages.len());
     let mut conn = queue.target.acquire_for_write().await?;
     let as_bytes = (queue.target.extra.text_columns)
         .bytes_for(&mut conn, &queue.config.table)
         .await;
+    let inserts = Inserts {
+        queue,
+        as_bytes,
+        step,
+    };
     if let [range] = ranges {
-        let chunk = &messages[range.clone()];
-        let sql = queue.sql.insert(chunk.len());
-        let done = bind_rows(queue, &sql, chunk, as_bytes)
-            .execute(&mut *conn)
+        inserts
+            .chunk(&mut conn, &messages[range.clone()], &mut ids)
             .await?;
-        ids.extend(ids_of(done.last_insert_id(), chunk.len()));
         woken_and_kept(queue, conn);
         return Ok(ids);
     }
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
     for range in ranges {
-        let chunk = &messages[range.clone()];
-        let sql = queue.sql.insert(chunk.len());
-        let done = bind_rows(queue, &sql, chunk, as_bytes)
-            .execute(&mut *tx)
+        inserts
+            .chunk(&mut tx, &messages[range.clone()], &mut ids)
             .await?;
-        ids.extend(ids_of(done.last_insert_id(), chunk.len()));
     }
     tx.commit().await?;
     woken_and_kept(queue, conn);
     Ok(ids)
+}
+
+/// What each INSERT of one send is written with: its queue, whether its text travels as bytes (see
+/// `text_columns`), and the server's `auto_increment_increment`.
+struct Inserts<'a> {
+    queue: &'a QueueContext<MySql>,
+    as_bytes: bool,
+    step: u64,
+}
+
+impl Inserts<'_> {
+    /// One multi-row INSERT of `chunk` on `conn`; the ids it gave are appended to `ids`.
+    async fn chunk(
+        &self,
+        conn: &mut sqlx::MySqlConnection,
+        chunk: &[NewMessage],
+        ids: &mut Vec<String>,
+    ) -> SqlResult<()> {
+        let sql = self.queue.sql.insert(chunk.len());
+        let done = bind_rows(self.queue, &sql, chunk, self.as_bytes)
+            .execute(&mut *conn)
+            .await?;
+        let first = done.last_insert_id();
+        ids.extend((0..chunk.len() as u64).map(|i| (first + i * self.step).to_string()));
+        Ok(())
+    }
 }
 
 /// After a committed insert: the send's connection is kept for a later send, once it has

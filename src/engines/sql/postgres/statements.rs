@@ -82,25 +82,21 @@ pub fn statements(t: &str, notify: bool) -> (TableStatements, PgStatements) {
     // never delivered or delivered longer ago than the redelivery timeout.
     let claimable = "queue_name = $1 AND available_at <= now() \
          AND (delivered_at IS NULL OR delivered_at < now() - make_interval(secs => $2::float8))";
+    let inserted = format!(
+        "WITH ins AS ( \
+           INSERT INTO {t} (queue_name, body, headers, available_at) \
+           SELECT $1::text, m.body, m.headers, now() + make_interval(secs => m.delay_ms / 1000) \
+           FROM unnest($2::text[], $3::text[], $4::float8[]) WITH ORDINALITY AS m(body, headers, delay_ms, ord) \
+           ORDER BY m.ord RETURNING id \
+         )"
+    );
     let insert = if notify {
         format!(
-            "WITH ins AS ( \
-               INSERT INTO {t} (queue_name, body, headers, available_at) \
-               SELECT $1::text, m.body, m.headers, now() + make_interval(secs => m.delay_ms / 1000) \
-               FROM unnest($2::text[], $3::text[], $4::float8[]) WITH ORDINALITY AS m(body, headers, delay_ms, ord) \
-               ORDER BY m.ord RETURNING id \
-             ), notified AS MATERIALIZED (SELECT pg_notify($5::text, $1::text)) \
+            "{inserted}, notified AS MATERIALIZED (SELECT pg_notify($5::text, $1::text)) \
              SELECT ins.id::text AS id FROM ins CROSS JOIN notified ORDER BY ins.id"
         )
     } else {
-        format!(
-            "WITH ins AS ( \
-               INSERT INTO {t} (queue_name, body, headers, available_at) \
-               SELECT $1::text, m.body, m.headers, now() + make_interval(secs => m.delay_ms / 1000) \
-               FROM unnest($2::text[], $3::text[], $4::float8[]) WITH ORDINALITY AS m(body, headers, delay_ms, ord) \
-               ORDER BY m.ord RETURNING id \
-             ) SELECT ins.id::text AS id FROM ins ORDER BY ins.id"
-        )
+        format!("{inserted} SELECT ins.id::text AS id FROM ins ORDER BY ins.id")
     };
     let redeliver_tail = if notify {
         "SELECT ins.id::text AS id FROM ins CROSS JOIN LATERAL (SELECT pg_notify($5::text, ins.queue_name)) AS n"

@@ -156,14 +156,7 @@ impl SqlDialect for Sqlite {
                 let mut tx = queue.target.pool.begin().await?;
                 let mut ids = Vec::with_capacity(messages.len());
                 for m in &messages {
-                    let done = sqlx::query(&queue.sql.insert)
-                        .bind(&queue.config.queue)
-                        .bind(&m.body)
-                        .bind(&m.headers)
-                        .bind(m.delay_ms)
-                        .execute(&mut *tx)
-                        .await?;
-                    ids.push(done.last_insert_rowid().to_string());
+                    ids.push(insert_one(queue, &mut tx, m).await?);
                 }
                 tx.commit().await?;
                 Ok::<_, sqlx::Error>(ids)
@@ -216,15 +209,9 @@ impl SqlDialect for Sqlite {
                 tx.rollback().await?;
                 return Ok(None);
             }
-            let done = sqlx::query(&queue.sql.insert)
-                .bind(&queue.config.queue)
-                .bind(&copy.body)
-                .bind(&copy.headers)
-                .bind(copy.delay_ms)
-                .execute(&mut *tx)
-                .await?;
+            let id = insert_one(queue, &mut tx, copy).await?;
             tx.commit().await?;
-            Ok(Some(done.last_insert_rowid().to_string()))
+            Ok(Some(id))
         })
     }
 
@@ -239,4 +226,20 @@ impl SqlDialect for Sqlite {
     ) -> BoxFuture<'_, SqlResult<Vec<Held>>> {
         renew_returning(queue, &queue.sql.renew_head, &rows)
     }
+}
+
+/// Inserts `message` into the queue's table inside `tx`; returns its id.
+async fn insert_one(
+    queue: &QueueContext<Sqlite>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    message: &NewMessage,
+) -> SqlResult<String> {
+    let done = sqlx::query(&queue.sql.insert)
+        .bind(&queue.config.queue)
+        .bind(&message.body)
+        .bind(&message.headers)
+        .bind(message.delay_ms)
+        .execute(&mut **tx)
+        .await?;
+    Ok(done.last_insert_rowid().to_string())
 }
