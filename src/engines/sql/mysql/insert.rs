@@ -71,7 +71,7 @@ pub async fn insert_once(
         inserts
             .chunk(&mut conn, &messages[range.clone()], &mut ids)
             .await?;
-        woken_and_kept(queue, conn);
+        woken_and_kept(queue, conn).await;
         return Ok(ids);
     }
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
@@ -81,7 +81,7 @@ pub async fn insert_once(
             .await?;
     }
     tx.commit().await?;
-    woken_and_kept(queue, conn);
+    woken_and_kept(queue, conn).await;
     Ok(ids)
 }
 
@@ -111,23 +111,18 @@ impl Inserts<'_> {
     }
 }
 
-/// After a committed insert: the send's connection is kept for a later send, once it has
-/// woken other processes' idle consumers (if any idle) in a task of its own, so that the
-/// send is answered without waiting for them. A connection whose wake-up failed is closed
-/// (the insert stands).
-fn woken_and_kept(queue: &QueueContext<MySql>, mut conn: PoolConnection<sqlx::MySql>) {
-    let target = queue.target.clone();
-    if !target.extra.wake_ups.has_work() {
-        target.send_connection.keep(conn);
-        return;
+/// After a committed insert: other processes' idle consumers are woken over the send's
+/// connection (when any idle, or a look for them is due), which is then kept for the next
+/// send (unless the wake-up failed: the insert stands, the connection is closed). Done before
+/// the send is answered, on the one connection, so that a sender holds no second connection
+/// and close() finds none busy.
+async fn woken_and_kept(queue: &QueueContext<MySql>, mut conn: PoolConnection<sqlx::MySql>) {
+    let wake_ups = &queue.target.extra.wake_ups;
+    if !wake_ups.has_work() || wake_ups.wake_others(&mut conn).await.is_ok() {
+        queue.target.send_connection.keep(conn);
+    } else {
+        conn.close_on_drop();
     }
-    tokio::spawn(async move {
-        if target.extra.wake_ups.wake_others(&mut conn).await.is_ok() {
-            target.send_connection.keep(conn);
-        } else {
-            conn.close_on_drop();
-        }
-    });
 }
 
 /// The multi-row INSERT for `chunk`; the delay travels in microseconds, the text as bytes

@@ -8,9 +8,8 @@
 //! polls keep their interval, as they do when a wake-up races a sleeper between two waits.
 //!
 //! The sender side keeps the sleepers it found (looked for again at most once a second while
-//! it sends), and ends them on the send's own connection right after its insert, once the
-//! send is answered: one more statement per batch and sleeper, none while no other process
-//! idles, and none on the send's own path. An end that meets a
+//! it sends), and ends them on the send's own connection right after its insert: one more
+//! statement per batch and sleeper, none while no other process idles. An end that meets a
 //! sleeper between two sleeps ends nothing (`KILL QUERY` on an idle connection is a no-op):
 //! the poll finds that message.
 
