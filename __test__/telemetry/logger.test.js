@@ -2,8 +2,7 @@
 
 // The `logger` option on every engine, against the shared servers: a NestJS
 // LoggerService-shaped object hears of each poison message removed (its id and type, never its
-// body), a logger that throws breaks nothing, and a logger without the three methods is refused;
-// the transports of a process share one timer that pulls their events.
+// body), a logger that throws breaks nothing, and a logger without the three methods is refused.
 // Without the option, in an app without @nestjs/common (hidden from a child process), warnings
 // are process warnings with a stable code, and plain log lines go nowhere: a poison message on
 // every engine, a connection lost and back on PostgreSQL behind a proxy. `logger: false` says
@@ -74,16 +73,6 @@ describe.each([postgres, mysql, sqlite, redis])('$name: the logger option', (eng
     // Nothing more to say on a quiet close.
     expect(logger.lines).toHaveLength(1);
   }, 15000);
-
-  it('transports share one event pull: fifty open with a logger start at most one timer between them', async () => {
-    const started = jest.spyOn(globalThis, 'setInterval');
-    try {
-      for (let n = 0; n < 50; n += 1) transports.open({ logger: recordingLogger() });
-      expect(started.mock.calls.length).toBeLessThanOrEqual(1);
-    } finally {
-      started.mockRestore();
-    }
-  });
 
   it('a logger that throws breaks nothing', async () => {
     const throwing = { log: () => {}, warn: () => { throw new Error('logger down'); }, error: () => {} };

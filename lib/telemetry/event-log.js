@@ -1,53 +1,16 @@
 'use strict';
 
-const addon = require('../native/addon');
 const { invalidArgument } = require('../native/errors');
 const { warningCode } = require('./warning-codes');
 
-/** How often the process looks for events no claim has pulled. */
+/** How often events are pulled from the native side while nothing else pulls them. */
 const DRAIN_EVERY_MS = 500;
-
-/**
- * Every live event log of the process, pulled by one unref'd timer rather than one timer per
- * transport: a tick costs one native call (`eventsKept`, a process-wide count) and drains the
- * logs only when that count moved, so a thousand idle transports cost what one does. Held
- * weakly: a transport dropped without close() is collected all the same.
- */
-const liveLogs = new Set();
-const forgetCollected = new FinalizationRegistry((ref) => unfollow(ref));
-let pullTimer;
-let keptAtLastPull = -1;
-
-function pullAll() {
-  const kept = addon.eventsKept();
-  if (kept === keptAtLastPull) return;
-  keptAtLastPull = kept;
-  for (const ref of liveLogs) ref.deref()?.drain();
-}
-
-/** @param {WeakRef<EventLog>} ref */
-function follow(ref) {
-  liveLogs.add(ref);
-  if (pullTimer === undefined) {
-    pullTimer = setInterval(pullAll, DRAIN_EVERY_MS);
-    pullTimer.unref();
-  }
-}
-
-/** @param {WeakRef<EventLog>} ref */
-function unfollow(ref) {
-  liveLogs.delete(ref);
-  if (liveLogs.size === 0 && pullTimer !== undefined) {
-    clearInterval(pullTimer);
-    pullTimer = undefined;
-  }
-}
 
 /**
  * What an operator must know, handed to a NestJS `LoggerService`-shaped object (the `logger`
  * option, else Nest's `Logger`), or, when there is none, to `process.emitWarning` (warnings and
  * errors, each with its stable code; plain log lines go nowhere). The native side keeps events
- * once asked and this pulls them (after each claim, on one unref'd timer for the process, at close): no Rust
+ * once asked and this pulls them (after each claim, on an unref'd timer, at close): no Rust
  * thread ever calls into JavaScript. A logger that throws is ignored: logging must not break a
  * transport.
  *
@@ -58,7 +21,7 @@ class EventLog {
   #queue;
   #logger;
   #context;
-  #ref;
+  #timer;
 
   /**
    * @param {object} queue the native queue
@@ -70,9 +33,22 @@ class EventLog {
     this.#logger = logger;
     this.#context = context;
     queue.watchEvents();
-    this.#ref = new WeakRef(this);
-    follow(this.#ref);
-    forgetCollected.register(this, this.#ref, this.#ref);
+    this.#timer = EventLog.#drainTimer(new WeakRef(this));
+  }
+
+  /**
+   * An unref'd timer that pulls events for `log` while it lives. It holds the log weakly: a
+   * transport dropped without close() is collected all the same, and its timer ends then.
+   * @param {WeakRef<EventLog>} log
+   */
+  static #drainTimer(log) {
+    const timer = setInterval(() => {
+      const live = log.deref();
+      if (live === undefined) clearInterval(timer);
+      else live.drain();
+    }, DRAIN_EVERY_MS);
+    timer.unref();
+    return timer;
   }
 
   /** Hands what the native side reported since the last pull to the logger. */
@@ -99,8 +75,7 @@ class EventLog {
 
   /** A last pull, then no more. */
   stop() {
-    forgetCollected.unregister(this.#ref);
-    unfollow(this.#ref);
+    clearInterval(this.#timer);
     this.drain();
   }
 }
