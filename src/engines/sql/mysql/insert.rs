@@ -112,13 +112,18 @@ impl Inserts<'_> {
 }
 
 /// After a committed insert: other processes' idle consumers are woken over the send's
-/// connection (when any idle, or a look for them is due), which is then kept for the next
-/// send (unless the wake-up failed: the insert stands, the connection is closed). Done before
-/// the send is answered, on the one connection, so that a sender holds no second connection
-/// and close() finds none busy.
+/// connection, which is then kept for the next send (unless the wake-up failed: the insert
+/// stands, the connection is closed). Done before the send is answered, on the one
+/// connection, so that a sender holds no second connection and close() finds none busy.
 async fn woken_and_kept(queue: &QueueContext<MySql>, mut conn: PoolConnection<sqlx::MySql>) {
-    let wake_ups = &queue.target.extra.wake_ups;
-    if !wake_ups.has_work() || wake_ups.wake_others(&mut conn).await.is_ok() {
+    if queue
+        .target
+        .extra
+        .wake_ups
+        .wake_others(&mut conn)
+        .await
+        .is_ok()
+    {
         queue.target.send_connection.keep(conn);
     } else {
         conn.close_on_drop();

@@ -77,15 +77,8 @@ impl WakeUps {
         self.stop.cancel();
     }
 
-    /// Whether a committed insert has anything to do here: other processes' sleepers to end,
-    /// or a look for them due.
-    pub fn has_work(&self) -> bool {
-        let sleepers = self.sleepers.locked();
-        !sleepers.0.is_empty() || sleepers.1.is_none_or(|at| at.elapsed() >= REFRESH)
-    }
-
     /// An insert of this process committed on `conn` (the send's own connection, before it
-    /// is kept for a later send): the other processes' sleepers are ended there, found first
+    /// is kept for the next send): the other processes' sleepers are ended there, found first
     /// when the last look is a second old. Each statement is bounded; an error says the
     /// connection is not to be kept (the insert stands).
     pub async fn wake_others(&self, conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
