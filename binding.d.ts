@@ -139,12 +139,6 @@ export interface DoctorReport {
 }
 
 /**
- * Events kept by every queue of the process so far (see `queue::stats`): the one number the
- * process's event pull looks at before it drains any queue.
- */
-export declare function eventsKept(): number
-
-/**
  * Native queues alive in this process (created and not yet dropped): what a lifecycle
  * test watches to see closed transports let go.
  */

@@ -838,7 +838,6 @@ module.exports = nativeBinding
 module.exports.NativeQueue = nativeBinding.NativeQueue
 module.exports.checkSqlNames = nativeBinding.checkSqlNames
 module.exports.doctor = nativeBinding.doctor
-module.exports.eventsKept = nativeBinding.eventsKept
 module.exports.liveNativeQueues = nativeBinding.liveNativeQueues
 module.exports.queueStats = nativeBinding.queueStats
 module.exports.redactDsn = nativeBinding.redactDsn

@@ -1,5 +1,5 @@
 //! The exported functions: engine facts JavaScript asks for instead of keeping its own copy
-//! (a DSN's dialect, the outbox INSERT, name checks), DSN redaction, the live-queue count and the process's event count.
+//! (a DSN's dialect, the outbox INSERT, name checks), DSN redaction, and the live-queue count.
 
 use crate::engines::sql;
 use crate::queue;
@@ -22,13 +22,6 @@ pub struct SqlDialectFacts {
 #[napi(catch_unwind)]
 pub fn live_native_queues() -> f64 {
     queue::live_queues() as f64
-}
-
-/// Events kept by every queue of the process so far (see `queue::stats`): the one number the
-/// process's event pull looks at before it drains any queue.
-#[napi(catch_unwind)]
-pub fn events_kept() -> f64 {
-    queue::stats::events_kept() as f64
 }
 
 /// `dsn` with every password in it (userinfo, `password=` / `pass=` parameters) replaced

@@ -11,14 +11,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// Events kept by every queue of the process so far: JavaScript looks at this one number to
-/// know whether any queue has events to pull.
-static EVENTS_KEPT: AtomicU64 = AtomicU64::new(0);
-
-pub fn events_kept() -> u64 {
-    EVENTS_KEPT.load(Relaxed)
-}
-
 /// Events kept between two pulls; older ones are dropped (and counted) past it.
 const MAX_EVENTS: usize = 100;
 
@@ -141,7 +133,7 @@ impl Counters {
         *self.last_error.locked() = Some(err.to_string());
     }
 
-    /// From now on, events are kept for `take_events` (and counted in [`events_kept`]).
+    /// From now on, events are kept for `take_events`.
     pub fn watch_events(&self) {
         self.watching.store(true, Relaxed);
     }
@@ -159,8 +151,6 @@ impl Counters {
             level,
             message: message.into(),
         });
-        drop(events);
-        EVENTS_KEPT.fetch_add(1, Relaxed);
     }
 
     /// The events kept since the last call, oldest first, after a line for any dropped.
