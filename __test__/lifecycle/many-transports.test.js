@@ -3,7 +3,8 @@
 // A transport let go of lets go of everything: transports created, used and let go of one after
 // the other in one process, per engine, leave the process's memory flat (at most 1 KB per cycle
 // over 10,000 cycles after a warm-up of 7,000 in which the allocators settle, measured after
-// full GCs) and no native queue alive at the end. Three shapes: closed after one send; dropped
+// full GCs as the RSS less the free room in V8's heap: see support/create-and-close.js) and no
+// native queue alive at the end. Three shapes: closed after one send; dropped
 // without close() after one send; and (Redis) a consumer idle in the process's shared read beside
 // five others, woken by a send, then closed. Each runs in a child process of its own
 // (--expose-gc), which must also exit by itself.
@@ -44,7 +45,7 @@ describe.each(CASES)('$engine.label: 17,000 transports created, used and let go 
     try {
       if (exit.timeout) throw new Error(`the process did not finish within 170 s:\n${output}`);
       const report = JSON.parse(output.trim().split('\n').pop());
-      console.log(`${engine.label} (${shape}): ${report.bytesPerCycle} B of RSS per cycle, ${report.finalized} finalized, ${report.liveNativeQueues} native queues alive`);
+      console.log(`${engine.label} (${shape}): ${report.bytesPerCycle} B held per cycle (RSS: ${report.rssBytesPerCycle} B), ${report.finalized} finalized, ${report.liveNativeQueues} native queues alive`);
       expect({ exit: exit.value, finalized: report.finalized, liveNativeQueues: report.liveNativeQueues }).toEqual({
         exit: 0,
         finalized: expect.any(Number),

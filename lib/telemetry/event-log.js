@@ -39,16 +39,27 @@ class EventLog {
   /**
    * An unref'd timer that pulls events for `log` while it lives. It holds the log weakly: a
    * transport dropped without close() is collected all the same, and its timer ends then.
+   *
+   * Every log pulls on the same beat, the multiples of the period on one clock: Node runs the
+   * timers that are due together in one wake-up, so a process with hundreds of idle transports
+   * wakes once a period for all of their pulls rather than once per transport. A first timer
+   * waits for the next beat; the interval started there keeps it, as intervals started in one
+   * run of timers share their start.
    * @param {WeakRef<EventLog>} log
+   * @returns {{ stop(): void }}
    */
   static #drainTimer(log) {
-    const timer = setInterval(() => {
+    const pull = () => {
       const live = log.deref();
       if (live === undefined) clearInterval(timer);
       else live.drain();
-    }, DRAIN_EVERY_MS);
-    timer.unref();
-    return timer;
+    };
+    const toNextBeat = Math.ceil(DRAIN_EVERY_MS - (performance.now() % DRAIN_EVERY_MS));
+    let timer = setTimeout(() => {
+      if (log.deref() !== undefined) timer = setInterval(pull, DRAIN_EVERY_MS).unref();
+    }, toNextBeat).unref();
+    // clearInterval clears either timer.
+    return { stop: () => clearInterval(timer) };
   }
 
   /** Hands what the native side reported since the last pull to the logger. */
@@ -75,7 +86,7 @@ class EventLog {
 
   /** A last pull, then no more. */
   stop() {
-    clearInterval(this.#timer);
+    this.#timer.stop();
     this.drain();
   }
 }
