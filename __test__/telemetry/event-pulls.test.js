@@ -7,7 +7,7 @@
 
 const { EventLog } = require('../../lib/telemetry/event-log');
 const { sqlite } = require('../support/engines');
-const { serializer } = require('../support/transport-helpers');
+const { serializer, sleep } = require('../support/transport-helpers');
 
 const TRANSPORTS = 12;
 const OPENED_APART_MS = 35;
@@ -17,14 +17,12 @@ const ONE_WAKE_UP_MS = 10;
 /** A logger, so that each transport has an event log, that prints nothing. */
 const SILENT = { log() {}, warn() {}, error() {} };
 
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
 /** Records when each log is pulled (by its own timer) while `during` runs. */
 async function pullsDuring(during) {
   const pulls = [];
   const drain = EventLog.prototype.drain;
   EventLog.prototype.drain = function recordedDrain() {
-    pulls.push({ at: performance.now(), log: this });
+    pulls.push({ at: performance.now() });
     return drain.call(this);
   };
   try {
